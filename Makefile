@@ -1,0 +1,27 @@
+# Two entry points: `make demo` (the main job) and `make test` (what CI runs).
+# Both create .venv (reusing packages already installed system-wide) and install the project.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install demo test lint
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(BIN)/python -m pip install -q -e ".[all,test]"
+	touch $@
+
+demo: install
+	$(BIN)/mintransformer demo
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+# Everything on the default backend (TensorFlow), the core tests on JAX and PyTorch too.
+test: lint
+	KERAS_BACKEND=tensorflow $(BIN)/python -m pytest -q -p no:cacheprovider
+	KERAS_BACKEND=jax $(BIN)/python -m pytest -q -p no:cacheprovider -m core
+	KERAS_BACKEND=torch $(BIN)/python -m pytest -q -p no:cacheprovider -m core

@@ -1,0 +1,295 @@
+"""Token-budget length bucketing and teacher-forcing batches for translation training."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+
+
+def _round_up(length: int, multiple: int) -> int:
+    return -(-length // multiple) * multiple
+
+
+def make_translation_example(
+    src_ids: Sequence[int], tgt_ids: Sequence[int], *, start_id: int, end_id: int
+) -> tuple[list[int], list[int], list[int]]:
+    """Builds one teacher-forcing example from a tokenized sentence pair.
+
+    Args:
+        src_ids: Source token ids, without special tokens.
+        tgt_ids: Target token ids, without special tokens.
+        start_id: Id of the <s> token.
+        end_id: Id of the </s> token.
+
+    Returns:
+        ``(encoder_input, decoder_input, labels)``: ``src + [end]``, then ``[start] + tgt`` and
+        ``tgt + [end]``, so ``labels[t] == decoder_input[t + 1]``.
+    """
+    target = [int(start_id), *map(int, tgt_ids), int(end_id)]
+    return [*map(int, src_ids), int(end_id)], target[:-1], target[1:]
+
+
+def batch_by_length(
+    lengths: Sequence[int],
+    *,
+    max_tokens: int,
+    max_batch_size: int | None = None,
+    shuffle: bool,
+    seed: int,
+    pad_multiple: int = 8,
+) -> list[list[int]]:
+    """Groups example indices into batches of similar length under a token budget.
+
+    Indices are sorted by length and cut greedily into batches whose padded size,
+    ``batch_size * round_up(longest_length, pad_multiple)``, stays within `max_tokens`.
+    An example that alone exceeds the budget gets a batch of its own.
+
+    Args:
+        lengths: Length of each example.
+        max_tokens: Token budget of one padded batch.
+        max_batch_size: Optional cap on the number of examples per batch.
+        shuffle: Whether to break length ties randomly and shuffle the order of the batches.
+            Without it, equal lengths keep index order and batches go from short to long.
+        seed: Seed of the shuffling.
+        pad_multiple: Multiple that batches are padded to (as in `pad_batch`).
+
+    Returns:
+        Lists of example indices; together they hold every index exactly once.
+
+    Raises:
+        ValueError: On a non-positive `max_tokens`, `max_batch_size` or `pad_multiple`, or a
+            negative length.
+    """
+    if max_tokens <= 0:
+        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    if max_batch_size is not None and max_batch_size <= 0:
+        raise ValueError(f"max_batch_size must be positive, got {max_batch_size}")
+    if pad_multiple <= 0:
+        raise ValueError(f"pad_multiple must be positive, got {pad_multiple}")
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    if lengths.size and lengths.min() < 0:
+        raise ValueError("lengths must be non-negative")
+
+    rng = np.random.default_rng(seed)
+    if shuffle:
+        order = np.lexsort((rng.random(lengths.size), lengths))
+    else:
+        order = np.argsort(lengths, kind="stable")
+
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for index in order.tolist():
+        # Sorted ascending, so the new example is the longest of the batch.
+        padded = _round_up(int(lengths[index]), pad_multiple)
+        full = max_batch_size is not None and len(batch) >= max_batch_size
+        if batch and (full or (len(batch) + 1) * padded > max_tokens):
+            batches.append(batch)
+            batch = []
+        batch.append(index)
+    if batch:
+        batches.append(batch)
+
+    if shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+def pad_batch(
+    sequences: Sequence[Sequence[int]],
+    *,
+    pad_id: int = 0,
+    multiple: int = 8,
+    dtype: str = "int32",
+) -> np.ndarray:
+    """Right-pads sequences into one array.
+
+    The width is the longest length rounded up to `multiple`, so batches come in few distinct
+    shapes and compiled train steps are retraced rarely.
+
+    Args:
+        sequences: Token id sequences.
+        pad_id: Padding value.
+        multiple: Width multiple.
+        dtype: Array dtype.
+
+    Returns:
+        Array of shape ``(len(sequences), width)``.
+
+    Raises:
+        ValueError: If `sequences` is empty or `multiple` is not positive.
+    """
+    if not sequences:
+        raise ValueError("sequences must not be empty")
+    if multiple <= 0:
+        raise ValueError(f"multiple must be positive, got {multiple}")
+    width = _round_up(max(len(seq) for seq in sequences), multiple)
+    array = np.full((len(sequences), width), pad_id, dtype=dtype)
+    for row, seq in enumerate(sequences):
+        array[row, : len(seq)] = seq
+    return array
+
+
+class TranslationBatches(keras.utils.PyDataset):
+    """Batches of ((encoder_input, decoder_input), labels) numpy int32 arrays for model.fit.
+
+    Batches hold sentence pairs of similar length under a padded-token budget, and are
+    re-drawn after every epoch with the seed ``seed + epoch`` so runs are reproducible.
+    """
+
+    def __init__(
+        self,
+        src_ids: Sequence[Sequence[int]],
+        tgt_ids: Sequence[Sequence[int]],
+        *,
+        start_id: int,
+        end_id: int,
+        pad_id: int = 0,
+        max_tokens: int = 4096,
+        max_length: int | None = None,
+        max_batch_size: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        pad_multiple: int = 8,
+        **kwargs,
+    ) -> None:
+        """Builds the teacher-forcing examples and the first epoch's batches.
+
+        Args:
+            src_ids: Tokenized source sentences, without special tokens.
+            tgt_ids: Tokenized target sentences, without special tokens.
+            start_id: Id of the <s> token.
+            end_id: Id of the </s> token.
+            pad_id: Padding id of inputs and labels.
+            max_tokens: Padded-token budget of one batch.
+            max_length: Pairs whose encoder or decoder input is longer are dropped (their
+                number is `num_dropped`).
+            max_batch_size: Optional cap on the number of pairs per batch.
+            shuffle: Whether batches are shuffled and re-drawn each epoch.
+            seed: Base seed of the shuffling.
+            pad_multiple: Sequence widths are rounded up to this multiple.
+            **kwargs: `keras.utils.PyDataset` options (`workers`, `use_multiprocessing`,
+                `max_queue_size`).
+
+        Raises:
+            ValueError: On mismatched `src_ids`/`tgt_ids` counts, a non-positive `max_tokens`,
+                `max_length`, `max_batch_size` or `pad_multiple`, or no pair left after dropping.
+        """
+        super().__init__(**kwargs)
+        if len(src_ids) != len(tgt_ids):
+            raise ValueError(
+                f"src_ids and tgt_ids must have the same length, got {len(src_ids)} "
+                f"and {len(tgt_ids)}"
+            )
+        if max_tokens <= 0:
+            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+        if max_batch_size is not None and max_batch_size <= 0:
+            raise ValueError(f"max_batch_size must be positive, got {max_batch_size}")
+        if pad_multiple <= 0:
+            raise ValueError(f"pad_multiple must be positive, got {pad_multiple}")
+        if max_length is not None and max_length <= 0:
+            raise ValueError(f"max_length must be positive, got {max_length}")
+
+        self._encoder_inputs: list[list[int]] = []
+        self._decoder_inputs: list[list[int]] = []
+        self._labels: list[list[int]] = []
+        for src, tgt in zip(src_ids, tgt_ids, strict=True):
+            enc, dec, labels = make_translation_example(src, tgt, start_id=start_id, end_id=end_id)
+            if max_length is not None and max(len(enc), len(dec)) > max_length:
+                continue
+            self._encoder_inputs.append(enc)
+            self._decoder_inputs.append(dec)
+            self._labels.append(labels)
+        self.num_dropped = len(src_ids) - len(self._encoder_inputs)
+        if not self._encoder_inputs:
+            raise ValueError(
+                f"no sentence pair left: src_ids has {len(src_ids)} pairs, "
+                f"{self.num_dropped} dropped by max_length={max_length}"
+            )
+
+        self._lengths = [
+            max(len(enc), len(dec))
+            for enc, dec in zip(self._encoder_inputs, self._decoder_inputs, strict=True)
+        ]
+        self.pad_id = pad_id
+        self.max_tokens = max_tokens
+        self.max_batch_size = max_batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.pad_multiple = pad_multiple
+        self.epoch = 0
+        self._batches = self._make_batches()
+
+    def _make_batches(self) -> list[list[int]]:
+        batches = batch_by_length(
+            self._lengths,
+            max_tokens=self.max_tokens,
+            max_batch_size=self.max_batch_size,
+            shuffle=self.shuffle,
+            seed=self.seed + self.epoch,
+            pad_multiple=self.pad_multiple,
+        )
+        return self._with_distinct_shapes_first(batches)
+
+    def _with_distinct_shapes_first(self, batches: list[list[int]]) -> list[list[int]]:
+        """Moves two batches whose widths differ wherever widths vary to the front.
+
+        Keras (TensorFlow backend) fixes the tf.data signature from the first two batches: a
+        width they share becomes static, and any later batch of another width fails.
+        """
+        widths = np.array(
+            [
+                [
+                    _round_up(max(len(self._encoder_inputs[i]) for i in batch), self.pad_multiple),
+                    _round_up(max(len(self._decoder_inputs[i]) for i in batch), self.pad_multiple),
+                ]
+                for batch in batches
+            ]
+        )
+        varies = widths.min(axis=0) != widths.max(axis=0)
+        if not varies.any():
+            return batches
+        # Such a pair always exists (two varying widths: a pair differing in both does).
+        for first in range(len(batches)):
+            differs = np.all((widths != widths[first]) | ~varies, axis=1)
+            if differs.any():
+                second = int(np.argmax(differs))
+                order = [first, second]
+                order += [i for i in range(len(batches)) if i not in (first, second)]
+                return [batches[i] for i in order]
+        raise AssertionError("unreachable: no pair of batches with distinct widths")
+
+    @property
+    def num_examples(self) -> int:
+        """Number of sentence pairs kept."""
+        return len(self._lengths)
+
+    def batch_indices(self, index: int) -> list[int]:
+        """Example indices (into the kept pairs) of batch `index` of the current epoch."""
+        return list(self._batches[index])
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __getitem__(self, index: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+        if not 0 <= index < len(self._batches):
+            raise IndexError(f"batch index {index} out of range for {len(self)} batches")
+        indices = self._batches[index]
+
+        def pad(sequences: list[list[int]]) -> np.ndarray:
+            return pad_batch(
+                [sequences[i] for i in indices], pad_id=self.pad_id, multiple=self.pad_multiple
+            )
+
+        return (pad(self._encoder_inputs), pad(self._decoder_inputs)), pad(self._labels)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draws the batches of `epoch` (seed ``seed + epoch``), e.g. when resuming training."""
+        self.epoch = epoch
+        if self.shuffle:
+            self._batches = self._make_batches()
+
+    def on_epoch_end(self) -> None:
+        """Moves to the next epoch and re-draws the batches with its seed."""
+        self.set_epoch(self.epoch + 1)

@@ -1,0 +1,166 @@
+"""Scaled dot-product attention and multi-head attention (paper section 3.2).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+
+Masks follow `mintransformer.layers.masks`: boolean, True = may attend. A query
+row whose keys are all masked gets all-zero weights (and so a zero output)
+rather than NaN or a uniform average over padding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+from mintransformer.layers import validation
+from mintransformer.layers.masks import check_attention_mask
+
+# Added to masked scores before the softmax; scores are float32 there, so this is safe.
+_MASKED_SCORE = -1e9
+
+
+def attention_weights(query, key, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) with masked keys given weight exactly 0.
+
+    Args:
+        query: `(..., query_length, depth)`.
+        key: `(..., key_length, depth)`.
+        mask: optional bool, broadcastable to `(..., query_length, key_length)`.
+
+    Returns:
+        float32 `(..., query_length, key_length)`; each row sums to 1, or to 0
+        when every key of that row is masked.
+    """
+    depth = query.shape[-1]
+    scores = ops.matmul(query, ops.swapaxes(key, -1, -2))
+    # The softmax runs in float32 even under bf16 mixed precision.
+    scores = ops.cast(scores, "float32") / math.sqrt(depth)
+    if mask is None:
+        return ops.softmax(scores, axis=-1)
+    scores = ops.where(mask, scores, _MASKED_SCORE)
+    return ops.where(mask, ops.softmax(scores, axis=-1), 0.0)
+
+
+def scaled_dot_product_attention(query, key, value, mask=None):
+    """Scaled dot-product attention.
+
+    Args:
+        query: `(..., query_length, depth)`.
+        key: `(..., key_length, depth)`.
+        value: `(..., key_length, value_depth)`.
+        mask: optional bool, broadcastable to `(..., query_length, key_length)`,
+            True = may attend.
+
+    Returns:
+        `(output, weights)`: output `(..., query_length, value_depth)` in the
+        dtype of `value`, weights float32 `(..., query_length, key_length)`.
+    """
+    weights = attention_weights(query, key, mask)
+    return ops.matmul(ops.cast(weights, value.dtype), value), weights
+
+
+@keras.saving.register_keras_serializable(package="mintransformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention: project, split into heads, attend, merge, project.
+
+    Args:
+        d_model: model width; also the width of the output.
+        num_heads: number of heads; must divide `d_model`.
+        dropout_rate: dropout on the attention weights during training.
+        use_bias: whether the four projections have biases.
+
+    Call arguments:
+        query: `(batch, query_length, d_model)`.
+        key: `(batch, key_length, key_dim)`; defaults to `query` (self-attention).
+        value: `(batch, key_length, value_dim)`; defaults to `key`.
+        attention_mask: bool, `(batch, query_length, key_length)` or
+            `(batch | 1, heads | 1, query_length | 1, key_length)`; True = may attend.
+        key_value: optional `(keys, values)` already split into heads, each
+            `(batch, num_heads, key_length, depth)`, from `project_key_value`;
+            replaces `key`/`value` (used by cached decoding).
+        return_attention_weights: also return the weights
+            `(batch, num_heads, query_length, key_length)`.
+        training: enables dropout.
+
+    Returns:
+        `(batch, query_length, d_model)`, or `(output, weights)`.
+    """
+
+    def __init__(self, d_model, num_heads, dropout_rate=0.0, use_bias=True, **kwargs):
+        super().__init__(**kwargs)
+        self.depth = validation.heads_divide(d_model, num_heads)
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dropout_rate = validation.dropout_rate(dropout_rate)
+        self.use_bias = use_bias
+        dense = dict(use_bias=use_bias, dtype=self.dtype_policy)
+        self.query_dense = keras.layers.Dense(d_model, name="query", **dense)
+        self.key_dense = keras.layers.Dense(d_model, name="key", **dense)
+        self.value_dense = keras.layers.Dense(d_model, name="value", **dense)
+        self.output_dense = keras.layers.Dense(d_model, name="output", **dense)
+        self.weights_dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    def build(self, query_shape, key_shape=None, value_shape=None):
+        key_shape = key_shape or query_shape
+        value_shape = value_shape or key_shape
+        self.query_dense.build(query_shape)
+        self.key_dense.build(key_shape)
+        self.value_dense.build(value_shape)
+        self.output_dense.build(tuple(query_shape[:-1]) + (self.d_model,))
+        self.built = True
+
+    def split_heads(self, x):
+        """`(batch, length, d_model)` -> `(batch, num_heads, length, depth)`."""
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (batch, length, self.num_heads, self.depth))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def merge_heads(self, x):
+        """`(batch, num_heads, length, depth)` -> `(batch, length, d_model)`."""
+        batch, length = ops.shape(x)[0], ops.shape(x)[2]
+        return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (batch, length, self.d_model))
+
+    def project_key_value(self, key, value=None):
+        """Projects and splits keys and values once, e.g. an encoder output for decoding."""
+        value = key if value is None else value
+        return self.split_heads(self.key_dense(key)), self.split_heads(self.value_dense(value))
+
+    def call(
+        self,
+        query,
+        key=None,
+        value=None,
+        attention_mask=None,
+        key_value=None,
+        return_attention_weights=False,
+        training=None,
+    ):
+        validation.rank(query, 3, "query", "(batch, length, features)")
+        if key_value is None:
+            key = query if key is None else key
+            value = key if value is None else value
+            validation.rank(key, 3, "key", "(batch, length, features)")
+            validation.rank(value, 3, "value", "(batch, length, features)")
+            key_value = self.project_key_value(key, value)
+        keys, values = key_value
+        if attention_mask is not None:
+            attention_mask = check_attention_mask(attention_mask)
+        queries = self.split_heads(self.query_dense(query))
+        weights = attention_weights(queries, keys, attention_mask)
+        dropped = self.weights_dropout(ops.cast(weights, values.dtype), training=training)
+        output = self.output_dense(self.merge_heads(ops.matmul(dropped, values)))
+        if return_attention_weights:
+            return output, weights
+        return output
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            dropout_rate=self.dropout_rate,
+            use_bias=self.use_bias,
+        )
+        return config

@@ -1,0 +1,60 @@
+"""Position-wise feed-forward network (paper section 3.3): Dense(dff) -> activation -> Dense."""
+
+from __future__ import annotations
+
+import keras
+
+from mintransformer.layers import validation
+
+ACTIVATIONS = {
+    "relu": keras.activations.relu,
+    # The exact (erf) GELU, as in BERT.
+    "gelu": lambda x: keras.activations.gelu(x, approximate=False),
+    "gelu_tanh": lambda x: keras.activations.gelu(x, approximate=True),
+}
+
+
+@keras.saving.register_keras_serializable(package="mintransformer")
+class FeedForward(keras.layers.Layer):
+    """`Dense(d_model)(activation(Dense(dff)(x)))`, applied at every position.
+
+    Args:
+        d_model: input and output width.
+        dff: inner width (the paper uses 4 * d_model).
+        activation: "relu" (the paper), "gelu" (exact erf GELU) or "gelu_tanh".
+        use_bias: whether both Dense layers have biases.
+
+    Call arguments:
+        x: `(batch, length, d_model)`.
+
+    Returns:
+        `(batch, length, d_model)`.
+    """
+
+    def __init__(self, d_model, dff, activation="relu", use_bias=True, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = validation.positive_int(d_model, "d_model")
+        self.dff = validation.positive_int(dff, "dff")
+        self.activation = validation.one_of(activation, ACTIVATIONS, "activation")
+        self.use_bias = use_bias
+        self.inner = keras.layers.Dense(
+            dff, use_bias=use_bias, dtype=self.dtype_policy, name="inner"
+        )
+        self.outer = keras.layers.Dense(
+            d_model, use_bias=use_bias, dtype=self.dtype_policy, name="outer"
+        )
+
+    def build(self, input_shape):
+        self.inner.build(input_shape)
+        self.outer.build(tuple(input_shape[:-1]) + (self.dff,))
+        self.built = True
+
+    def call(self, x):
+        return self.outer(ACTIVATIONS[self.activation](self.inner(x)))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model, dff=self.dff, activation=self.activation, use_bias=self.use_bias
+        )
+        return config

@@ -1,0 +1,192 @@
+"""The encoder-decoder Transformer ("Attention Is All You Need"), as one Keras model.
+
+    logits = Linear(Decoder(target_ids, Encoder(source_ids)))
+
+Masks are built inside from `pad_id`, so callers pass only token ids; explicit
+`(batch, length)` boolean padding masks are accepted too.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from mintransformer.layers import validation
+from mintransformer.layers.decoder import Decoder
+from mintransformer.layers.encoder import Encoder
+
+
+def _check_pair(inputs) -> None:
+    """Raises ValueError unless `inputs` (or their shapes) are a pair of sequences."""
+    if not (
+        isinstance(inputs, list | tuple)
+        and len(inputs) == 2
+        and all(isinstance(part, list | tuple) or hasattr(part, "shape") for part in inputs)
+    ):
+        raise ValueError(
+            f"`inputs` must be a pair (source_ids, target_ids), got {type(inputs).__name__}."
+        )
+
+
+@keras.saving.register_keras_serializable(package="mintransformer")
+class Transformer(keras.Model):
+    """Encoder-decoder Transformer; also importable as `MinTransformer`.
+
+    Args:
+        num_layers: encoder layers and decoder layers (each).
+        d_model: model width.
+        num_heads: attention heads; must divide `d_model`.
+        dff: feed-forward inner width.
+        input_vocab_size: source vocabulary size.
+        target_vocab_size: target vocabulary size.
+        pe_input: longest source sequence (size of its position table).
+        pe_target: longest target sequence.
+        dropout_rate: dropout on embeddings, sub-layer outputs and attention weights.
+        pad_id: padding token id, used to build the masks.
+        activation: feed-forward activation, "relu" (the paper) or "gelu".
+        norm_first: pre-LN layers (plus a final LayerNorm) instead of post-LN.
+        position: "sinusoidal" (the paper) or "learned".
+        layer_norm_epsilon: LayerNorm epsilon.
+        tie_embeddings: use the target embedding matrix as the output projection.
+
+    Call arguments:
+        inputs: `(source_ids, target_ids)`, int `(batch, source_length)` and
+            `(batch, target_length)`.
+        source_mask, target_mask: optional bool `(batch, length)` padding masks,
+            True at real tokens; by default `ids != pad_id`.
+        training: enables dropout.
+        return_attention_weights: also return a dict of every layer's weights,
+            keyed "encoder_layer{i}", "decoder_layer{i}_block1" (self-attention)
+            and "decoder_layer{i}_block2" (cross-attention).
+
+    Returns:
+        float32 logits `(batch, target_length, target_vocab_size)`, or `(logits, weights)`.
+    """
+
+    def __init__(
+        self,
+        num_layers,
+        d_model,
+        num_heads,
+        dff,
+        input_vocab_size,
+        target_vocab_size,
+        pe_input,
+        pe_target,
+        dropout_rate=0.1,
+        pad_id=0,
+        activation="relu",
+        norm_first=False,
+        position="sinusoidal",
+        layer_norm_epsilon=1e-6,
+        tie_embeddings=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        shared = dict(
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            dff=dff,
+            dropout_rate=dropout_rate,
+            pad_id=pad_id,
+            activation=activation,
+            norm_first=norm_first,
+            position=position,
+            layer_norm_epsilon=layer_norm_epsilon,
+            dtype=self.dtype_policy,
+        )
+        self.encoder = Encoder(
+            vocab_size=validation.positive_int(input_vocab_size, "input_vocab_size"),
+            max_length=validation.positive_int(pe_input, "pe_input"),
+            name="encoder",
+            **shared,
+        )
+        self.decoder = Decoder(
+            vocab_size=validation.positive_int(target_vocab_size, "target_vocab_size"),
+            max_length=validation.positive_int(pe_target, "pe_target"),
+            name="decoder",
+            **shared,
+        )
+        self.output_projection = (
+            None
+            if tie_embeddings
+            else keras.layers.Dense(target_vocab_size, dtype=self.dtype_policy, name="logits")
+        )
+        self.config = dict(
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            dff=dff,
+            input_vocab_size=input_vocab_size,
+            target_vocab_size=target_vocab_size,
+            pe_input=pe_input,
+            pe_target=pe_target,
+            dropout_rate=dropout_rate,
+            pad_id=pad_id,
+            activation=activation,
+            norm_first=norm_first,
+            position=position,
+            layer_norm_epsilon=layer_norm_epsilon,
+            tie_embeddings=tie_embeddings,
+        )
+
+    def build(self, input_shape):
+        _check_pair(input_shape)
+        source_shape, target_shape = input_shape
+        self.encoder.build(source_shape)
+        self.decoder.build(target_shape)
+        if self.output_projection is not None:
+            self.output_projection.build(tuple(target_shape) + (self.config["d_model"],))
+        self.built = True
+
+    def encode(self, source_ids, source_mask=None, training=None, return_attention_weights=False):
+        """Runs the encoder; returns `(encoder_output, source_mask[, weights])`."""
+        source_mask = self.encoder.padding_mask(source_ids, source_mask, "source_mask")
+        out = self.encoder(
+            source_ids,
+            padding_mask=source_mask,
+            training=training,
+            return_attention_weights=return_attention_weights,
+        )
+        return (*out, source_mask) if return_attention_weights else (out, source_mask)
+
+    def project(self, hidden):
+        """Decoder output `(batch, length, d_model)` -> float32 vocabulary logits."""
+        if self.output_projection is None:
+            logits = self.decoder.embedding.logits(hidden)
+        else:
+            logits = self.output_projection(hidden)
+        return ops.cast(logits, "float32")
+
+    def call(
+        self,
+        inputs,
+        training=None,
+        source_mask=None,
+        target_mask=None,
+        return_attention_weights=False,
+    ):
+        _check_pair(inputs)
+        source_ids, target_ids = inputs
+        validation.rank(source_ids, 2, "source_ids", "(batch, length)")
+        validation.rank(target_ids, 2, "target_ids", "(batch, length)")
+        encoded = self.encode(source_ids, source_mask, training, return_attention_weights)
+        decoded = self.decoder(
+            target_ids,
+            encoded[0],
+            source_padding_mask=encoded[-1],
+            target_padding_mask=target_mask,
+            training=training,
+            return_attention_weights=return_attention_weights,
+        )
+        if not return_attention_weights:
+            return self.project(decoded)
+        hidden, decoder_weights = decoded
+        return self.project(hidden), {**encoded[1], **decoder_weights}
+
+    def get_config(self):
+        return {**super().get_config(), **self.config}
+
+
+MinTransformer = Transformer

@@ -1,0 +1,160 @@
+import hypothesis.strategies as st
+import keras
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from mintransformer import reference
+from mintransformer.layers.attention import MultiHeadAttention, scaled_dot_product_attention
+from tests.conftest import to_numpy
+
+pytestmark = pytest.mark.core
+
+
+def relative_error(actual, expected):
+    return np.max(np.abs(actual - expected)) / max(np.max(np.abs(expected)), 1e-12)
+
+
+shapes = st.tuples(
+    st.integers(1, 3), st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 16)
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=shapes, seed=st.integers(0, 2**16), masked=st.booleans())
+def test_attention_matches_float64_reference(shape, seed, masked):
+    batch, heads, q_len, k_len, depth = shape
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(batch, heads, q_len, depth)).astype("float32")
+    k = rng.normal(size=(batch, heads, k_len, depth)).astype("float32")
+    v = rng.normal(size=(batch, heads, k_len, depth)).astype("float32")
+    mask = rng.random((batch, 1, q_len, k_len)) > 0.3 if masked else None
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    ref_out, ref_weights = reference.attention(q, k, v, mask)
+    assert relative_error(to_numpy(out), ref_out) <= 1e-5
+    assert relative_error(to_numpy(weights), ref_weights) <= 1e-5
+
+
+def test_fully_masked_row_gives_zero_weights_and_no_nan():
+    q = np.ones((1, 1, 2, 4), "float32")
+    v = np.arange(12, dtype="float32").reshape(1, 1, 3, 4)
+    mask = np.array([[[[True, False, True], [False, False, False]]]])
+    out, weights = scaled_dot_product_attention(q, v, v, mask)
+    out, weights = to_numpy(out), to_numpy(weights)
+    assert np.isfinite(out).all() and np.isfinite(weights).all()
+    np.testing.assert_allclose(weights[0, 0, 0].sum(), 1.0, rtol=1e-6)
+    assert weights[0, 0, 0, 1] == 0.0
+    np.testing.assert_array_equal(weights[0, 0, 1], 0.0)
+    np.testing.assert_array_equal(out[0, 0, 1], 0.0)
+
+
+def mha_weights(layer):
+    """Our layer's kernels and biases, under the reference's names."""
+    dense = {
+        "q": layer.query_dense,
+        "k": layer.key_dense,
+        "v": layer.value_dense,
+        "o": layer.output_dense,
+    }
+    weights = {}
+    for name, d in dense.items():
+        weights[f"w{name}"] = to_numpy(d.kernel)
+        weights[f"b{name}"] = to_numpy(d.bias)
+    return weights
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    heads=st.sampled_from([1, 2, 4]),
+    depth=st.integers(1, 8),
+    q_len=st.integers(1, 7),
+    k_len=st.integers(1, 7),
+    seed=st.integers(0, 2**16),
+)
+def test_multi_head_attention_matches_float64_reference(heads, depth, q_len, k_len, seed):
+    d_model = heads * depth
+    rng = np.random.default_rng(seed)
+    query = rng.normal(size=(2, q_len, d_model)).astype("float32")
+    memory = rng.normal(size=(2, k_len, d_model)).astype("float32")
+    mask = rng.random((2, q_len, k_len)) > 0.25
+    layer = MultiHeadAttention(d_model, heads)
+    layer(query, memory)  # build
+    for d in (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense):
+        d.bias.assign(rng.normal(size=d.bias.shape).astype("float32"))
+    out, weights = layer(query, memory, attention_mask=mask, return_attention_weights=True)
+    ref_out, ref_weights = reference.multi_head_attention(
+        query, memory, memory, mha_weights(layer), heads, mask[:, None]
+    )
+    assert relative_error(to_numpy(out), ref_out) <= 1e-5
+    assert relative_error(to_numpy(weights), ref_weights) <= 1e-5
+
+
+def test_multi_head_attention_matches_keras_multi_head_attention():
+    rng = np.random.default_rng(0)
+    d_model, heads = 16, 4
+    query = rng.normal(size=(3, 5, d_model)).astype("float32")
+    memory = rng.normal(size=(3, 7, d_model)).astype("float32")
+    mask = rng.random((3, 5, 7)) > 0.3
+    mask[:, :, 0] = True  # Keras gives fully masked rows uniform weights; we give zeros.
+    ours = MultiHeadAttention(d_model, heads)
+    ours(query, memory)
+    theirs = keras.layers.MultiHeadAttention(heads, key_dim=d_model // heads)
+    theirs(query, memory, memory)
+    copies = [
+        (theirs._query_dense, ours.query_dense, (d_model, heads, -1), (heads, -1)),
+        (theirs._key_dense, ours.key_dense, (d_model, heads, -1), (heads, -1)),
+        (theirs._value_dense, ours.value_dense, (d_model, heads, -1), (heads, -1)),
+        (theirs._output_dense, ours.output_dense, (heads, -1, d_model), (d_model,)),
+    ]
+    for their_dense, our_dense, kernel_shape, bias_shape in copies:
+        our_dense.bias.assign(rng.normal(size=(d_model,)).astype("float32"))
+        their_dense.kernel.assign(to_numpy(our_dense.kernel).reshape(kernel_shape))
+        their_dense.bias.assign(to_numpy(our_dense.bias).reshape(bias_shape))
+    out, weights = ours(query, memory, attention_mask=mask, return_attention_weights=True)
+    ref_out, ref_weights = theirs(
+        query, memory, memory, attention_mask=mask, return_attention_scores=True
+    )
+    np.testing.assert_allclose(to_numpy(out), to_numpy(ref_out), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(weights), to_numpy(ref_weights), rtol=1e-5, atol=1e-6)
+
+
+def test_precomputed_keys_and_values_give_the_same_output():
+    rng = np.random.default_rng(1)
+    query = rng.normal(size=(2, 3, 8)).astype("float32")
+    memory = rng.normal(size=(2, 4, 8)).astype("float32")
+    layer = MultiHeadAttention(8, 2)
+    direct = layer(query, memory)
+    cached = layer(query, key_value=layer.project_key_value(memory))
+    np.testing.assert_allclose(to_numpy(cached), to_numpy(direct), rtol=1e-6, atol=1e-6)
+
+
+def test_config_round_trip():
+    layer = MultiHeadAttention(12, 3, dropout_rate=0.2, use_bias=False, name="mha")
+    clone = MultiHeadAttention.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"d_model": 10, "num_heads": 3}, "d_model"),
+        ({"d_model": 0, "num_heads": 1}, "d_model"),
+        ({"d_model": 8, "num_heads": -2}, "num_heads"),
+        ({"d_model": 8, "num_heads": 2, "dropout_rate": 1.0}, "dropout_rate"),
+        ({"d_model": 8, "num_heads": 2, "dropout_rate": -0.1}, "dropout_rate"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_them(kwargs, argument):
+    with pytest.raises(ValueError, match=argument):
+        MultiHeadAttention(**kwargs)
+
+
+def test_wrong_input_rank_is_rejected():
+    with pytest.raises(ValueError, match="`query` must have rank 3"):
+        MultiHeadAttention(8, 2)(np.zeros((2, 8), "float32"))
+
+
+def test_float_mask_is_rejected():
+    x = np.zeros((1, 2, 8), "float32")
+    with pytest.raises(ValueError, match="boolean"):
+        MultiHeadAttention(8, 2)(x, attention_mask=np.ones((1, 2, 2), "float32"))
