@@ -17,8 +17,8 @@ demo: install
 	$(BIN)/mintransformer demo
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/python -m ruff check src tests benchmarks
+	$(BIN)/python -m ruff format --check src tests benchmarks
 
 # Everything on the default backend (TensorFlow), the core tests on JAX and PyTorch too.
 test: lint
