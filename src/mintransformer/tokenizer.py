@@ -68,7 +68,14 @@ class Tokenizer:
         hf.normalizer = normalizers.Sequence(
             [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
         )
-        hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        # Splitting after hyphens keeps compounds ("quatre-vingt-dix", "est-ce") in word-sized
+        # pieces; spaces are kept as "▁", so decoding still restores the exact text.
+        hf.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+                pre_tokenizers.Split("-", behavior="merged_with_previous"),
+            ]
+        )
         hf.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size,

@@ -27,6 +27,7 @@ French, with the 1990 reformed spelling, where a hyphen joins *every* pair of nu
 evaluated only on numbers it has never seen.
 """
 
+import math
 import operator
 import random
 from collections.abc import Iterable
@@ -174,6 +175,33 @@ def _check_count(name: str, value: object) -> int:
     return value
 
 
+_MAGNITUDES = ((0, 99), (100, 999), (1_000, 9_999), (10_000, 99_999), (100_000, 999_999))
+
+
+def _draw_by_magnitude(low: int, high: int, count: int, rng: random.Random) -> list[int]:
+    """`count` distinct numbers of `low..high`, shuffled, spread evenly over orders of magnitude.
+
+    A uniform draw below a million is 90% six-digit numbers and almost never teaches the
+    short ones; here each magnitude gets an equal share (a small one gives all it has).
+    """
+    buckets = [range(max(low, a), min(high, b) + 1) for a, b in _MAGNITUDES]
+    buckets = [b for b in buckets if len(b)]
+    quotas = [0] * len(buckets)
+    remaining = count
+    while remaining:
+        open_buckets = [i for i, b in enumerate(buckets) if quotas[i] < len(b)]
+        share = max(remaining // len(open_buckets), 1)
+        for i in sorted(open_buckets, key=lambda i: len(buckets[i])):
+            take = min(share, len(buckets[i]) - quotas[i], remaining)
+            quotas[i] += take
+            remaining -= take
+    drawn = [
+        n for bucket, quota in zip(buckets, quotas, strict=True) for n in rng.sample(bucket, quota)
+    ]
+    rng.shuffle(drawn)
+    return drawn
+
+
 def split_numbers(
     max_number: int, *, num_train: int, num_val: int, num_test: int, seed: int = 0
 ) -> dict[str, list[int]]:
@@ -181,8 +209,9 @@ def split_numbers(
 
     The numbers 0-20 (those up to ``max_number``) always go to train, so that every base word
     of both languages is seen in training; they count towards ``num_train``. The other numbers
-    are drawn at random without replacement, so no validation or test number is ever a
-    training number.
+    are drawn at random without replacement, spread evenly over orders of magnitude (as many
+    3-digit as 6-digit numbers, where the range allows), so no validation or test number is
+    ever a training number and all splits follow the same distribution.
 
     Args:
         max_number: The largest number that may be drawn, in ``[0, 999_999]``.
@@ -219,8 +248,8 @@ def split_numbers(
             f"num_train + num_val + num_test = {num_train + num_val + num_test} is more than the "
             f"{available} numbers in 0..max_number={max_number}"
         )
-    drawn = random.Random(seed).sample(
-        range(len(fixed), available), num_val + num_test + num_train - len(fixed)
+    drawn = _draw_by_magnitude(
+        len(fixed), max_number, num_val + num_test + num_train - len(fixed), random.Random(seed)
     )
     return {
         "train": fixed + sorted(drawn[num_val + num_test :]),
@@ -250,7 +279,8 @@ def number_corpus(
 
     Returns:
         ``{"train": pairs, "val": pairs, "test": pairs}`` with ``(english, french)`` pairs,
-        ordered by number. See :func:`split_numbers`.
+        ordered by number; training numbers of rare magnitudes (below 1000) appear several
+        times. See :func:`split_numbers`.
 
     Raises:
         ValueError: As :func:`split_numbers`.
@@ -258,4 +288,20 @@ def number_corpus(
     splits = split_numbers(
         max_number, num_train=num_train, num_val=num_val, num_test=num_test, seed=seed
     )
+    splits["train"] = _repeat_rare_magnitudes(splits["train"])
     return {name: number_pairs(numbers) for name, numbers in splits.items()}
+
+
+def _repeat_rare_magnitudes(train: list[int], most: int = 10) -> list[int]:
+    """Repeats the numbers of magnitudes that hold few numbers (there are only 100 below 100).
+
+    Each magnitude is brought up to a sixth of an even share, repeating a number at most
+    `most` times; without this a model rarely sees a short number end and keeps going.
+    """
+    buckets = [[n for n in train if a <= n <= b] for a, b in _MAGNITUDES]
+    buckets = [b for b in buckets if b]
+    target = len(train) / len(buckets) / 6
+    repeated = []
+    for bucket in buckets:
+        repeated += bucket * min(most, max(1, math.ceil(target / len(bucket))))
+    return repeated

@@ -1,0 +1,80 @@
+"""Named corpora for translation runs: the generated numbers, parallel files, TSV pairs.
+
+A corpus is described by a small dict (kept in the run's config.json, so a run
+records where its data came from) and loads as {"train", "val"[, "test"]} lists
+of (source, target) pairs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mintransformer.data import numbers, parallel
+
+
+def numbers_spec(
+    num_train: int = 50_000,
+    num_val: int = 1_000,
+    num_test: int = 1_000,
+    max_number: int = numbers.MAX_NUMBER,
+    seed: int = 0,
+) -> dict:
+    """The embedded English -> French number-words corpus."""
+    return dict(
+        kind="numbers",
+        num_train=num_train,
+        num_val=num_val,
+        num_test=num_test,
+        max_number=max_number,
+        seed=seed,
+    )
+
+
+def parallel_spec(train: str, val: str, src: str, tgt: str, test: str | None = None) -> dict:
+    """Files PREFIX.SRC / PREFIX.TGT (the Multi30k layout), one prefix per split."""
+    spec = dict(kind="parallel", train=_absolute(train), val=_absolute(val), src=src, tgt=tgt)
+    if test:
+        spec["test"] = _absolute(test)
+    return spec
+
+
+def tsv_spec(
+    path: str, val_fraction: float = 0.02, test_fraction: float = 0.02, seed: int = 0
+) -> dict:
+    """SRC<TAB>TGT lines (Tatoeba/Anki), split by source sentence so none leaks across splits."""
+    return dict(
+        kind="tsv",
+        path=_absolute(path),
+        val_fraction=val_fraction,
+        test_fraction=test_fraction,
+        seed=seed,
+    )
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
+
+
+def load_corpus(spec: dict) -> dict[str, list[tuple[str, str]]]:
+    """Loads the splits a spec describes; pairs with an empty side are dropped."""
+    kind = spec.get("kind")
+    if kind == "numbers":
+        options = {k: v for k, v in spec.items() if k != "kind"}
+        splits = numbers.number_corpus(**options)
+    elif kind == "parallel":
+        splits = {
+            split: parallel.read_parallel(spec[split], spec["src"], spec["tgt"])
+            for split in ("train", "val", "test")
+            if split in spec
+        }
+    elif kind == "tsv":
+        pairs = parallel.read_tsv_pairs(spec["path"])
+        splits = parallel.split_by_source(
+            pairs,
+            val_fraction=spec["val_fraction"],
+            test_fraction=spec["test_fraction"],
+            seed=spec["seed"],
+        )
+    else:
+        raise ValueError(f"unknown corpus kind {kind!r}: expected numbers, parallel or tsv")
+    return {name: parallel.drop_empty_pairs(pairs)[0] for name, pairs in splits.items()}

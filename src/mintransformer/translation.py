@@ -1,0 +1,130 @@
+"""Translating text with a trained run, and scoring it with sacreBLEU and chrF.
+
+Sentences are batched by length for speed and returned in input order. An empty
+line translates to an empty line. A sentence longer than the model's source
+positions is truncated to fit, with a warning naming how many were.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sacrebleu
+from tqdm.auto import tqdm
+
+from mintransformer.data.batching import pad_batch
+from mintransformer.data.parallel import normalize_text, read_lines
+from mintransformer.decoding.beam import beam_search
+from mintransformer.decoding.greedy import greedy_search
+from mintransformer.decoding.steps import CachedSteps
+from mintransformer.run import RunDirectory
+from mintransformer.training.translation import load_trained
+
+
+@dataclass
+class Scores:
+    bleu: float
+    chrf: float
+    signature: str
+
+    def __str__(self) -> str:
+        return f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  ({self.signature})"
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
+    """Corpus sacreBLEU (13a tokenisation) and chrF of detokenised text."""
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"{len(hypotheses)} hypotheses but {len(references)} references: counts must match."
+        )
+    bleu = sacrebleu.metrics.BLEU()
+    result = bleu.corpus_score(list(hypotheses), [list(references)])
+    chrf = sacrebleu.corpus_chrf(list(hypotheses), [list(references)])
+    return Scores(result.score, chrf.score, str(bleu.get_signature()))
+
+
+class Translator:
+    """Translates with a model and tokenizer; `Translator.from_run(dir)` loads a run.
+
+    Args:
+        model: a built `Transformer`.
+        tokenizer: its `Tokenizer`.
+        max_output_length: most target tokens per sentence (</s> included).
+    """
+
+    def __init__(self, model, tokenizer, max_output_length: int | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_source_length = model.encoder.max_length - 1  # </s> is appended
+        self.max_output_length = max_output_length or model.decoder.max_length
+        self.steps = CachedSteps(model, self.max_output_length)
+
+    @classmethod
+    def from_run(cls, path: str | Path, max_output_length: int | None = None) -> Translator:
+        model, tokenizer, _ = load_trained(RunDirectory.open(path))
+        return cls(model, tokenizer, max_output_length)
+
+    def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
+        encoded = self.tokenizer.encode_batch([normalize_text(t) for t in texts])
+        too_long = sum(len(ids) > self.max_source_length for ids in encoded)
+        if too_long:
+            warnings.warn(
+                f"{too_long} input sentence(s) longer than the model's {self.max_source_length} "
+                "source tokens were truncated.",
+                stacklevel=3,
+            )
+        return [ids[: self.max_source_length] + [self.tokenizer.end_id] for ids in encoded]
+
+    def translate(
+        self,
+        texts: Sequence[str],
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        batch_size: int = 64,
+        progress: bool = False,
+    ) -> list[str]:
+        """Translates `texts` (greedy when `beam_size` is 1); order kept, empty -> empty."""
+        outputs = [""] * len(texts)
+        todo = [i for i, t in enumerate(texts) if normalize_text(t)]
+        sources = self.encode_sources([texts[i] for i in todo])
+        order = np.argsort([len(s) for s in sources], kind="stable")
+        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        options = dict(
+            start_id=self.tokenizer.start_id,
+            end_id=self.tokenizer.end_id,
+            max_length=self.max_output_length,
+        )
+        for batch in tqdm(batches, disable=not progress, desc="translating", unit="batch"):
+            ids = pad_batch([sources[i] for i in batch], pad_id=self.tokenizer.pad_id)
+            if beam_size == 1:
+                tokens = greedy_search(self.steps, ids, **options)
+            else:
+                tokens, _ = beam_search(
+                    self.steps, ids, beam_size=beam_size, alpha=alpha, **options
+                )
+            for i, out in zip(batch, tokens, strict=True):
+                outputs[todo[i]] = self.tokenizer.decode(out)
+        return outputs
+
+    def evaluate(
+        self,
+        source_file: str | Path,
+        reference_file: str | Path,
+        output_file: str | Path | None = None,
+        **options,
+    ) -> Scores:
+        """Translates `source_file`, writes the hypotheses, scores them against references."""
+        sources, references = read_lines(source_file), read_lines(reference_file)
+        if len(sources) != len(references):
+            raise ValueError(
+                f"{source_file} has {len(sources)} lines but {reference_file} has "
+                f"{len(references)}: they must be line-aligned."
+            )
+        hypotheses = self.translate(sources, **options)
+        if output_file is not None:
+            Path(output_file).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        return score(hypotheses, [normalize_text(r) for r in references])
