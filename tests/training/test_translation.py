@@ -36,7 +36,7 @@ def start(path, corpus_spec=None, **overrides):
     return RunDirectory.create(path, config)
 
 
-class Interrupt(Exception):
+class InterruptedRunError(Exception):
     pass
 
 
@@ -79,10 +79,10 @@ def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(
     def stop_after_second_epoch(self, epoch, logs=None):
         original(self, epoch, logs)
         if epoch == 1:
-            raise Interrupt
+            raise InterruptedRunError
 
     monkeypatch.setattr(translation.EpochCheckpoint, "on_epoch_end", stop_after_second_epoch)
-    with pytest.raises(Interrupt):
+    with pytest.raises(InterruptedRunError):
         train_translation(run, corpus, verbose=0)
     monkeypatch.setattr(translation.EpochCheckpoint, "on_epoch_end", original)
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1, 2]

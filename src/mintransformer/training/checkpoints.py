@@ -54,7 +54,9 @@ def read_arrays(path: str | Path) -> tuple[list[np.ndarray], list[str]]:
             paths = json.loads(str(data[_PATHS_KEY]))
             arrays = [data[f"v{i:05d}"] for i in range(len(paths))]
     except (OSError, ValueError, KeyError) as err:
-        raise ValueError(f"checkpoint {path} is corrupt or not a mintransformer file: {err}")
+        raise ValueError(
+            f"checkpoint {path} is corrupt or not a mintransformer file: {err}"
+        ) from None
     return arrays, paths
 
 
