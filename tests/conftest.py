@@ -46,3 +46,31 @@ def _seed_keras():
 def to_numpy(x) -> np.ndarray:
     """Any backend tensor -> NumPy array."""
     return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """A small translation run on the numbers corpus, trained once per test session."""
+    from mintransformer.data.corpora import load_corpus, numbers_spec
+    from mintransformer.run import RunDirectory, TranslationConfig
+    from mintransformer.training.translation import train_translation
+
+    spec = numbers_spec(num_train=4000, num_val=100, num_test=100)
+    config = TranslationConfig(
+        data=spec,
+        num_layers=1,
+        d_model=64,
+        num_heads=2,
+        dff=128,
+        dropout_rate=0.0,
+        vocab_size=300,
+        epochs=3,
+        max_tokens=2000,
+        warmup_steps=50,
+        peak_learning_rate=3e-3,
+        max_length=24,
+        average_last=1,
+    )
+    run = RunDirectory.create(tmp_path_factory.mktemp("runs") / "numbers", config)
+    train_translation(run, load_corpus(spec), verbose=0)
+    return run

@@ -99,12 +99,13 @@ def train_translation_command(args) -> None:
             }
         )
         config = TranslationConfig(data=_corpus_spec(args), mixed_precision=args.bf16, **settings)
+    splits = load_corpus(config.data)  # before creating the run: bad data leaves no trace
+    if not args.resume:
         run = RunDirectory.create(args.run, config, overwrite=args.overwrite)
-    splits = load_corpus(config.data)
     print(f"data: {', '.join(f'{k} {len(v):,} pairs' for k, v in splits.items())}")
     model, tokenizer = train_translation(run, splits, resume=args.resume, verbose=args.verbose)
     print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {run.path}")
-    if "test" in splits or "val" in splits:
+    if args.report > 0:
         _report_heldout(model, tokenizer, splits.get("test") or splits["val"], args)
 
 

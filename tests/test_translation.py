@@ -1,0 +1,65 @@
+"""The translation API on a small trained run: order, empty lines, long inputs, scoring."""
+
+import warnings
+
+import pytest
+
+from mintransformer.data.corpora import load_corpus, numbers_spec
+from mintransformer.translation import Translator, score
+
+
+@pytest.fixture(scope="module")
+def translator(trained_run):
+    return Translator.from_run(trained_run.path)
+
+
+def test_order_is_kept_and_empty_lines_stay_empty(translator):
+    texts = ["five", "", "two hundred thousand three", "   ", "five", "eleven"]
+    out = translator.translate(texts, batch_size=2)
+    assert len(out) == len(texts)
+    assert out[1] == "" and out[3] == ""
+    assert out[0] == out[4] and out[0] != ""
+    assert translator.translate(["eleven"]) == [out[5]]
+
+
+def test_beam_search_through_the_api(translator):
+    greedy = translator.translate(["four hundred", "nine"], beam_size=1)
+    beam = translator.translate(["four hundred", "nine"], beam_size=3)
+    assert all(beam) and len(beam) == 2
+    assert translator.translate(["four hundred", "nine"], beam_size=1) == greedy
+
+
+def test_too_long_input_is_truncated_with_a_warning(translator):
+    long_text = " ".join(["seven"] * 60)
+    with pytest.warns(UserWarning, match="truncated"):
+        out = translator.translate([long_text, "three"])
+    assert len(out) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        translator.translate(["three"])
+
+
+def test_evaluate_writes_hypotheses_and_scores(tmp_path, translator):
+    pairs = load_corpus(numbers_spec(num_train=4000, num_val=100, num_test=100))["test"][:40]
+    (tmp_path / "src.txt").write_text("".join(s + "\n" for s, _ in pairs))
+    (tmp_path / "ref.txt").write_text("".join(t + "\n" for _, t in pairs))
+    scores = translator.evaluate(tmp_path / "src.txt", tmp_path / "ref.txt", tmp_path / "hyp.txt")
+    hypotheses = (tmp_path / "hyp.txt").read_text().splitlines()
+    assert len(hypotheses) == 40
+    assert 0 <= scores.chrf <= 100 and scores.chrf > 20
+    assert "nrefs:1" in scores.signature
+
+
+def test_misaligned_files_are_refused(tmp_path, translator):
+    (tmp_path / "src.txt").write_text("one\ntwo\n")
+    (tmp_path / "ref.txt").write_text("un\n")
+    with pytest.raises(ValueError, match="line-aligned"):
+        translator.evaluate(tmp_path / "src.txt", tmp_path / "ref.txt")
+    with pytest.raises(ValueError, match="counts must match"):
+        score(["a"], ["a", "b"])
+
+
+def test_score_agrees_with_sacrebleu_on_known_text():
+    perfect = score(["le chat est sur le tapis ."], ["le chat est sur le tapis ."])
+    assert perfect.bleu == pytest.approx(100.0)
+    assert score(["x y z w"], ["le chat est sur le tapis ."]).bleu == pytest.approx(0.0)
