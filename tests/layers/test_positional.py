@@ -89,3 +89,9 @@ def test_bad_sizes_are_value_errors_naming_the_argument(kwargs, argument):
 def test_unknown_position_kind_is_rejected():
     with pytest.raises(ValueError, match="position"):
         TokenAndPositionEmbedding(10, 8, 8, position="rotary")
+
+
+def test_embedding_config_round_trip():
+    layer = TokenAndPositionEmbedding(50, 8, 16, dropout_rate=0.2, position="learned", name="e")
+    clone = TokenAndPositionEmbedding.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
