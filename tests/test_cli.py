@@ -1,6 +1,5 @@
 """The command line: arguments to library calls, clear errors, nothing lost."""
 
-
 from mintransformer import cli
 
 

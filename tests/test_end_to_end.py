@@ -28,18 +28,37 @@ def train_small(path, spec, **settings):
     return Translator(model, tokenizer), run
 
 
-def test_demo_recipe_on_a_smaller_bounded_run(tmp_path):
+DEMO_SPEC = numbers_spec(num_train=12000, num_val=200, num_test=300)
+
+
+@pytest.fixture(scope="module")
+def demo_translator(tmp_path_factory):
+    """The demo recipe (`PRESETS["numbers"]`) on a smaller corpus, trained once."""
     from mintransformer.cli import PRESETS
 
-    spec = numbers_spec(num_train=12000, num_val=200, num_test=300)
     settings = {**PRESETS["numbers"], "epochs": 5, "warmup_steps": 100}
-    translator, _ = train_small(tmp_path / "run", spec, **settings)
-    test = load_corpus(spec)["test"]
-    hypotheses = translator.translate([s for s, _ in test])
+    return train_small(tmp_path_factory.mktemp("demo") / "run", DEMO_SPEC, **settings)[0]
+
+
+def test_demo_recipe_on_a_smaller_bounded_run(demo_translator):
+    test = load_corpus(DEMO_SPEC)["test"]
+    hypotheses = demo_translator.translate([s for s, _ in test])
     exact = np.mean([h == t for h, (_, t) in zip(hypotheses, test, strict=True)])
     assert exact >= EXACT_MATCH_FLOOR, f"exact match {exact:.3f}"
 
 
+def test_cross_attention_of_the_demo_model_aligns_words(demo_translator):
+    from mintransformer import viz
+    from mintransformer.data.numbers import FRENCH_TO_ENGLISH
+
+    test = load_corpus(DEMO_SPEC)["test"][:100]
+    maps = [viz.attention_maps(demo_translator, source) for source, _ in test]
+    last_layer = demo_translator.model.decoder.num_layers
+    rate = viz.alignment_rate(maps, FRENCH_TO_ENGLISH, last_layer)
+    assert rate >= ALIGNMENT_FLOOR, f"alignment {rate:.3f}"
+
+
+ALIGNMENT_FLOOR = 0.75
 EXACT_MATCH_FLOOR = 0.9
 
 
@@ -49,9 +68,19 @@ def test_small_model_on_real_multi30k_beats_an_untrained_one(tmp_path, shared_da
     corpus = load_corpus(spec)
     small = {"train": corpus["train"][:10000], "val": corpus["val"][:200]}
     config = TranslationConfig(
-        data=spec, num_layers=2, d_model=128, num_heads=4, dff=512, dropout_rate=0.1,
-        vocab_size=2000, epochs=6, max_tokens=3000, warmup_steps=150, peak_learning_rate=2e-3,
-        max_length=64, average_last=1,
+        data=spec,
+        num_layers=2,
+        d_model=128,
+        num_heads=4,
+        dff=512,
+        dropout_rate=0.1,
+        vocab_size=2000,
+        epochs=6,
+        max_tokens=3000,
+        warmup_steps=150,
+        peak_learning_rate=2e-3,
+        max_length=64,
+        average_last=1,
     )
     run = RunDirectory.create(tmp_path / "run", config)
     model, tokenizer = train_translation(run, small, verbose=0)
@@ -67,9 +96,32 @@ def test_small_model_on_real_multi30k_beats_an_untrained_one(tmp_path, shared_da
 BLEU_FLOOR = 10.0
 
 TINY_CLI = [
-    "--layers", "1", "--d-model", "32", "--heads", "2", "--dff", "64", "--vocab-size", "200",
-    "--max-tokens", "1500", "--warmup", "20", "--max-length", "48", "--average-last", "2",
-    "--num-train", "3000", "--epochs", "4", "--report", "0", "--verbose", "0",
+    "--layers",
+    "1",
+    "--d-model",
+    "32",
+    "--heads",
+    "2",
+    "--dff",
+    "64",
+    "--vocab-size",
+    "200",
+    "--max-tokens",
+    "1500",
+    "--warmup",
+    "20",
+    "--max-length",
+    "48",
+    "--average-last",
+    "2",
+    "--num-train",
+    "3000",
+    "--epochs",
+    "4",
+    "--report",
+    "0",
+    "--verbose",
+    "0",
 ]
 
 

@@ -1,4 +1,4 @@
-"""The `mintransformer` command line: train, translate, evaluate, demo.
+"""The `mintransformer` command line: demo, train, translate, evaluate, attention.
 
 The CLI only parses arguments and calls the library; everything here can be
 done from Python too (`mintransformer.training.translation`, `mintransformer.translation`).
@@ -7,14 +7,9 @@ done from Python too (`mintransformer.training.translation`, `mintransformer.tra
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
-
-# Measured fastest for training and decoding on CPU (see README, "Choice of backend");
-# KERAS_BACKEND still wins when set. Must happen before Keras is imported.
-os.environ.setdefault("KERAS_BACKEND", "torch")
 
 PRESETS = {
     # The embedded demo: small enough to train in about two minutes on two CPU cores.
@@ -154,6 +149,32 @@ def evaluate_command(args) -> None:
     print(f"{scores}  [{time.perf_counter() - start:.0f} s]")
 
 
+def attention_command(args) -> None:
+    from mintransformer import viz
+
+    if args.kind == "positional":
+        from mintransformer.run import RunDirectory
+
+        d_model = RunDirectory.open(args.run, need_weights=False).config().d_model
+        figure = viz.plot_positional_encoding(64, d_model)
+    else:
+        from mintransformer.translation import Translator
+
+        if not args.text:
+            raise ValueError('give the sentence to look at, e.g. "three hundred twelve"')
+        maps = viz.attention_maps(Translator.from_run(args.run), args.text, args.translation)
+        print(f"{args.text}  ->  {maps.translation}")
+        if args.head is not None:
+            figure = viz.plot_head(maps, args.kind, args.layer, args.head)
+        elif args.mean:
+            if args.kind != "cross":
+                raise ValueError("--mean draws the cross-attention alignment: use --kind cross")
+            figure = viz.plot_alignment(maps, args.layer)
+        else:
+            figure = viz.plot_layer(maps, args.kind, args.layer)
+    print(f"wrote {viz.save_figure(figure, args.output)}")
+
+
 def demo_command(args) -> None:
     """Train on the embedded number corpus, then translate a few held-out numbers."""
     args.preset, args.resume, args.overwrite = "numbers", False, True
@@ -238,6 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--output", type=Path, help="write the hypotheses here")
     _add_decoding_flags(evaluate)
     evaluate.set_defaults(run_command=evaluate_command)
+    attention = commands.add_parser("attention", help="plot a trained model's attention")
+    attention.add_argument("--run", type=Path, required=True)
+    attention.add_argument("text", nargs="?", help="source sentence")
+    attention.add_argument("--translation", help="target to force (default: the model's)")
+    attention.add_argument(
+        "--kind", choices=["cross", "encoder", "decoder", "positional"], default="cross"
+    )
+    attention.add_argument("--layer", type=int, default=1)
+    attention.add_argument("--head", type=int, help="one head (default: all heads in a grid)")
+    attention.add_argument("--mean", action="store_true", help="cross: mean over heads")
+    attention.add_argument("-o", "--output", type=Path, required=True, help=".png or .svg")
+    attention.set_defaults(run_command=attention_command)
     return parser
 
 

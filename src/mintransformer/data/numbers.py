@@ -305,3 +305,34 @@ def _repeat_rare_magnitudes(train: list[int], most: int = 10) -> list[int]:
     for bucket in buckets:
         repeated += bucket * min(most, max(1, math.ceil(target / len(bucket))))
     return repeated
+
+
+# French word -> the English words it can translate (for alignment checks). Compound rules
+# make some words serve several: quatre-vingt-dix ("ninety") uses quatre, vingt and dix.
+FRENCH_TO_ENGLISH: dict[str, set[str]] = {
+    "un": {"one"},
+    "deux": {"two"},
+    "trois": {"three"},
+    "quatre": {"four", "eighty", "ninety"},
+    "cinq": {"five"},
+    "six": {"six"},
+    "sept": {"seven", "seventeen"},
+    "huit": {"eight", "eighteen"},
+    "neuf": {"nine", "nineteen"},
+    "dix": {"ten", "seventeen", "eighteen", "nineteen", "seventy", "ninety"},
+    "onze": {"eleven", "one"},
+    "douze": {"twelve", "two"},
+    "treize": {"thirteen", "three"},
+    "quatorze": {"fourteen", "four"},
+    "quinze": {"fifteen", "five"},
+    "seize": {"sixteen", "six"},
+    "vingt": {"twenty", "eighty", "ninety"},
+    "vingts": {"eighty"},
+    "trente": {"thirty"},
+    "quarante": {"forty"},
+    "cinquante": {"fifty"},
+    "soixante": {"sixty", "seventy"},
+    "cent": {"hundred"},
+    "cents": {"hundred"},
+    "mille": {"thousand"},
+}
