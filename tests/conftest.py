@@ -48,16 +48,26 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(x))
 
 
+def train_run(path, spec: dict, **settings):
+    """Trains a translation run on the corpus `spec` describes; returns (Translator, run)."""
+    from mintransformer.data.corpora import load_corpus
+    from mintransformer.run import RunDirectory, TranslationConfig
+    from mintransformer.training.translation import train_translation
+    from mintransformer.translation import Translator
+
+    run = RunDirectory.create(path, TranslationConfig(data=spec, **settings))
+    model, tokenizer = train_translation(run, load_corpus(spec), verbose=0)
+    return Translator(model, tokenizer), run
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """A small translation run on the numbers corpus, trained once per test session."""
-    from mintransformer.data.corpora import load_corpus, numbers_spec
-    from mintransformer.run import RunDirectory, TranslationConfig
-    from mintransformer.training.translation import train_translation
+    from mintransformer.data.corpora import numbers_spec
 
-    spec = numbers_spec(num_train=4000, num_val=100, num_test=100)
-    config = TranslationConfig(
-        data=spec,
+    return train_run(
+        tmp_path_factory.mktemp("runs") / "numbers",
+        numbers_spec(num_train=4000, num_val=100, num_test=100),
         num_layers=1,
         d_model=64,
         num_heads=2,
@@ -70,7 +80,4 @@ def trained_run(tmp_path_factory):
         peak_learning_rate=3e-3,
         max_length=24,
         average_last=1,
-    )
-    run = RunDirectory.create(tmp_path_factory.mktemp("runs") / "numbers", config)
-    train_translation(run, load_corpus(spec), verbose=0)
-    return run
+    )[1]

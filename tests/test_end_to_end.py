@@ -17,15 +17,9 @@ from mintransformer.run import RunDirectory, TranslationConfig
 from mintransformer.training import checkpoints
 from mintransformer.training.translation import build_model, train_translation
 from mintransformer.translation import Translator, score
+from tests.conftest import train_run
 
 pytestmark = pytest.mark.slow
-
-
-def train_small(path, spec, **settings):
-    config = TranslationConfig(data=spec, **settings)
-    run = RunDirectory.create(path, config)
-    model, tokenizer = train_translation(run, load_corpus(spec), verbose=0)
-    return Translator(model, tokenizer), run
 
 
 DEMO_SPEC = numbers_spec(num_train=12000, num_val=200, num_test=300)
@@ -37,7 +31,7 @@ def demo_translator(tmp_path_factory):
     from mintransformer.cli import PRESETS
 
     settings = {**PRESETS["numbers"], "epochs": 5, "warmup_steps": 100}
-    return train_small(tmp_path_factory.mktemp("demo") / "run", DEMO_SPEC, **settings)[0]
+    return train_run(tmp_path_factory.mktemp("demo") / "run", DEMO_SPEC, **settings)[0]
 
 
 def test_demo_recipe_on_a_smaller_bounded_run(demo_translator):
