@@ -1,4 +1,4 @@
-"""The `mintransformer` command line: demo, train, translate, evaluate, attention.
+"""The `mintransformer` command line: demo, train, translate, evaluate, attention, embed.
 
 The CLI only parses arguments and calls the library; everything here can be
 done from Python too (`mintransformer.training.translation`, `mintransformer.translation`).
@@ -120,17 +120,21 @@ def _report_heldout(model, tokenizer, pairs, args) -> None:
         print(f"  {source}  ->  {hypothesis}")
 
 
+def _input_texts(args) -> list[str]:
+    """Sentences from the command line, else from --input, else from standard input."""
+    if args.text:
+        return args.text
+    if args.input:
+        from mintransformer.data.parallel import read_lines
+
+        return read_lines(args.input)
+    return sys.stdin.read().splitlines()
+
+
 def translate_command(args) -> None:
     from mintransformer.translation import Translator
 
-    if args.text:
-        texts = args.text
-    elif args.input:
-        from mintransformer.data.parallel import read_lines
-
-        texts = read_lines(args.input)
-    else:
-        texts = sys.stdin.read().splitlines()
+    texts = _input_texts(args)
     translator = Translator.from_run(args.run)
     for line in translator.translate(
         texts, beam_size=args.beam, alpha=args.alpha, progress=len(texts) > 64
@@ -173,6 +177,23 @@ def attention_command(args) -> None:
         else:
             figure = viz.plot_layer(maps, args.kind, args.layer)
     print(f"wrote {viz.save_figure(figure, args.output)}")
+
+
+def embed_command(args) -> None:
+    import json
+
+    import numpy as np
+
+    from mintransformer.pretrained.minilm import sentence_embeddings
+
+    texts = _input_texts(args)
+    vectors = sentence_embeddings(texts, batch_size=args.batch_size)
+    if args.output:
+        np.save(args.output, vectors)
+        print(f"wrote {len(texts)} embeddings of size {vectors.shape[1]} to {args.output}")
+    else:
+        for vector in vectors:
+            print(json.dumps([round(float(v), 6) for v in vector]))
 
 
 def demo_command(args) -> None:
@@ -271,6 +292,14 @@ def build_parser() -> argparse.ArgumentParser:
     attention.add_argument("--mean", action="store_true", help="cross: mean over heads")
     attention.add_argument("-o", "--output", type=Path, required=True, help=".png or .svg")
     attention.set_defaults(run_command=attention_command)
+    embed = commands.add_parser(
+        "embed", help="sentence embeddings from all-MiniLM-L6-v2 loaded into our Encoder"
+    )
+    embed.add_argument("text", nargs="*", help="sentences (default: --input or stdin)")
+    embed.add_argument("--input", type=Path, help="file with one sentence per line")
+    embed.add_argument("--output", type=Path, help="save a (n, 384) .npy instead of printing")
+    embed.add_argument("--batch-size", type=int, default=32)
+    embed.set_defaults(run_command=embed_command)
     return parser
 
 
@@ -278,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.run_command(args)
-    except (FileNotFoundError, FileExistsError, ValueError) as err:
+    except (FileNotFoundError, FileExistsError, ValueError, ModuleNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

