@@ -89,3 +89,21 @@ def test_cli_writes_the_picture(tmp_path, trained_run, capsys):
     )
     assert code == 0 and out.is_file() and mpimg.imread(out).ndim == 3
     assert "five thousand  ->" in capsys.readouterr().out
+
+
+def test_padded_columns_get_zero_weight_and_match_the_unpadded_maps(trained_run, maps):
+    translator = Translator.from_run(trained_run.path)
+    short = translator.encode_sources(["three hundred twelve"])[0]
+    longer = translator.encode_sources(["seven hundred thousand four hundred three"])[0]
+    assert len(longer) > len(short)
+    padded = np.array([short + [0] * (len(longer) - len(short)), longer], "int32")
+    target = [1, *translator.tokenizer.encode(maps.translation)]
+    _, weights = translator.model(
+        (padded, np.array([target, target], "int32")), return_attention_weights=True
+    )
+    n = len(short)
+    for kind, key in (("encoder", "encoder_layer1"), ("cross", "decoder_layer1_block2")):
+        batched = to_numpy(weights[key])[0]
+        np.testing.assert_array_equal(batched[..., n:], 0.0)
+        rows = batched[:, :n] if kind == "encoder" else batched
+        np.testing.assert_allclose(rows[..., :n], maps.get(kind, 1)[0], rtol=1e-4, atol=1e-6)
