@@ -14,6 +14,7 @@ from mintransformer.layers import (
     scaled_dot_product_attention,
     sinusoidal_table,
 )
+from mintransformer.models.language_model import LanguageModel
 from mintransformer.models.transformer import MinTransformer, Transformer
 
 __version__ = "0.1.0"
@@ -24,6 +25,7 @@ __all__ = [
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "LanguageModel",
     "LearnedPositionalEmbedding",
     "MinTransformer",
     "MultiHeadAttention",

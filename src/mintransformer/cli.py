@@ -1,7 +1,8 @@
-"""The `mintransformer` command line: demo, train, translate, evaluate, attention, embed.
+"""The `mintransformer` command line: demo, train, translate, evaluate, attention, embed, generate.
 
 The CLI only parses arguments and calls the library; everything here can be
-done from Python too (`mintransformer.training.translation`, `mintransformer.translation`).
+done from Python too (`mintransformer.training.translation`, `mintransformer.translation`,
+`mintransformer.training.language_model`).
 """
 
 from __future__ import annotations
@@ -83,16 +84,9 @@ def train_translation_command(args) -> None:
         run = RunDirectory(args.run)
         if not run.config_path.is_file():
             raise SystemExit(f"error: nothing to resume: {run.config_path} does not exist")
-        config = run.config()
+        config = run.config(TranslationConfig)
     else:
-        settings = dict(PRESETS[args.preset])
-        settings.update(
-            {
-                field: getattr(args, flag)
-                for flag, field in MODEL_FLAGS.items()
-                if getattr(args, flag) is not None
-            }
-        )
+        settings = {**PRESETS[args.preset], **_model_overrides(args)}
         config = TranslationConfig(data=_corpus_spec(args), mixed_precision=args.bf16, **settings)
     splits = load_corpus(config.data)  # before creating the run: bad data leaves no trace
     if not args.resume:
@@ -102,6 +96,56 @@ def train_translation_command(args) -> None:
     print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {run.path}")
     if args.report > 0:
         _report_heldout(model, tokenizer, splits.get("test") or splits["val"], args)
+
+
+def _model_overrides(args) -> dict:
+    """Config fields set by the model and training flags that were given."""
+    return {
+        field: getattr(args, flag)
+        for flag, field in MODEL_FLAGS.items()
+        if getattr(args, flag) is not None
+    }
+
+
+def train_lm_command(args) -> None:
+    from mintransformer.data.text import read_text
+    from mintransformer.run import LanguageModelConfig, RunDirectory
+    from mintransformer.training.language_model import train_language_model
+
+    start = time.perf_counter()
+    if args.resume:
+        run = RunDirectory(args.run)
+        if not run.config_path.is_file():
+            raise SystemExit(f"error: nothing to resume: {run.config_path} does not exist")
+        config = run.config(LanguageModelConfig)
+    else:
+        if args.text is None:
+            raise ValueError("--text FILE is required: the text file to train on")
+        config = LanguageModelConfig(text=str(args.text.resolve()), **_model_overrides(args))
+    lines = read_text(config.text)  # before creating the run: bad data leaves no trace
+    if not args.resume:
+        run = RunDirectory.create(args.run, config, overwrite=args.overwrite)
+    print(f"data: {len(lines):,} lines of {config.text}")
+    train_language_model(run, lines, resume=args.resume, verbose=args.verbose)
+    print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {run.path}")
+
+
+def generate_command(args) -> None:
+    from mintransformer.run import RunDirectory
+    from mintransformer.training.language_model import generate_text, load_trained_language_model
+
+    model, tokenizer, _ = load_trained_language_model(RunDirectory.open(args.run))
+    texts = generate_text(
+        model,
+        tokenizer,
+        args.prompt or [""],
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k or None,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+    print("\n\n".join(texts))
 
 
 def _report_heldout(model, tokenizer, pairs, args) -> None:
@@ -211,6 +255,26 @@ def _add_decoding_flags(parser) -> None:
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
 
 
+def _add_model_flags(group) -> None:
+    for flag, kind in [
+        ("layers", int),
+        ("d_model", int),
+        ("heads", int),
+        ("dff", int),
+        ("dropout", float),
+        ("vocab_size", int),
+        ("epochs", int),
+        ("max_tokens", int),
+        ("warmup", int),
+        ("lr", float),
+        ("max_length", int),
+        ("average_last", int),
+        ("seed", int),
+        ("label_smoothing", float),
+    ]:
+        group.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=kind)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mintransformer", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -238,24 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--val-fraction", type=float, default=0.02)
     data.add_argument("--test-fraction", type=float, default=0.02)
     data.add_argument("--num-train", type=int, default=30_000, help="numbers corpus size")
-    model = translation.add_argument_group("model and training (override the preset)")
-    for flag, kind in [
-        ("layers", int),
-        ("d_model", int),
-        ("heads", int),
-        ("dff", int),
-        ("dropout", float),
-        ("vocab_size", int),
-        ("epochs", int),
-        ("max_tokens", int),
-        ("warmup", int),
-        ("lr", float),
-        ("max_length", int),
-        ("average_last", int),
-        ("seed", int),
-        ("label_smoothing", float),
-    ]:
-        model.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=kind)
+    _add_model_flags(translation.add_argument_group("model and training (override the preset)"))
     translation.add_argument("--bf16", action="store_true", help="bf16 mixed precision")
     translation.add_argument("--resume", action="store_true", help="continue an interrupted run")
     translation.add_argument("--overwrite", action="store_true", help="replace an existing run")
@@ -265,6 +312,15 @@ def build_parser() -> argparse.ArgumentParser:
     translation.add_argument("--verbose", type=int, default=1, help="0 silent, 1 progress bar")
     _add_decoding_flags(translation)
     translation.set_defaults(run_command=train_translation_command)
+
+    lm = tasks.add_parser("lm", help="train a decoder-only language model on a text file")
+    lm.add_argument("--run", type=Path, required=True, help="run directory")
+    lm.add_argument("--text", type=Path, help="UTF-8 text file to train on (one line each)")
+    _add_model_flags(lm.add_argument_group("model and training (override the defaults)"))
+    lm.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    lm.add_argument("--overwrite", action="store_true", help="replace an existing run")
+    lm.add_argument("--verbose", type=int, default=1, help="0 silent, 1 progress bar")
+    lm.set_defaults(run_command=train_lm_command)
 
     translate = commands.add_parser("translate", help="translate text with a trained run")
     translate.add_argument("--run", type=Path, required=True)
@@ -300,6 +356,16 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--output", type=Path, help="save a (n, 384) .npy instead of printing")
     embed.add_argument("--batch-size", type=int, default=32)
     embed.set_defaults(run_command=embed_command)
+
+    gen = commands.add_parser("generate", help="continue text with a trained language model")
+    gen.add_argument("--run", type=Path, required=True)
+    gen.add_argument("prompt", nargs="*", help="prompts (default: one empty prompt)")
+    gen.add_argument("--max-new-tokens", type=int, default=50)
+    gen.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    gen.add_argument("--top-k", type=int, default=40, help="0 = no top-k filtering")
+    gen.add_argument("--top-p", type=float, default=0.95, help="nucleus mass; 1 = no filtering")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.set_defaults(run_command=generate_command)
     return parser
 
 

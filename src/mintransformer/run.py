@@ -1,7 +1,8 @@
 """The run directory: everything a trained model needs, in one folder.
 
     RUN/
-      config.json          model and training settings (`TranslationConfig`)
+      config.json          model and training settings (`TranslationConfig` or
+                           `LanguageModelConfig`, told apart by its "task")
       tokenizer.json       the subword tokenizer trained on the training text
       checkpoints/         epoch-NNNN.npz: model + optimizer + dropout-seed state
       model.npz            the final weights (average of the last checkpoints)
@@ -18,6 +19,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from mintransformer.training.checkpoints import atomic_write
 
@@ -28,10 +30,43 @@ LOG = "log.csv"
 CHECKPOINTS = "checkpoints"
 
 
+class _Config:
+    """JSON (de)serialisation shared by the run configs; `task` names the kind of run."""
+
+    task: ClassVar[str]
+
+    def to_json(self) -> str:
+        values = {"task": self.task, **dataclasses.asdict(self)}
+        return json.dumps(values, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "config"):
+        values = _parse(text, source)
+        task = values.pop("task", TranslationConfig.task)  # runs written before LMs had none
+        if task != cls.task:
+            raise ValueError(f"{source} describes a {task!r} run, not a {cls.task!r} run.")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{source} has unknown settings: {', '.join(unknown)}")
+        return cls(**values)
+
+
+def _parse(text: str, source: str) -> dict:
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{source} is not valid JSON: {err}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{source} must hold a JSON object of settings.")
+    return values
+
+
 @dataclass
-class TranslationConfig:
+class TranslationConfig(_Config):
     """Model and training settings of a translation run (saved as config.json)."""
 
+    task: ClassVar[str] = "translation"
     # model
     num_layers: int = 3
     d_model: int = 256
@@ -54,20 +89,49 @@ class TranslationConfig:
     seed: int = 0
     mixed_precision: bool = False
 
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
-    @classmethod
-    def from_json(cls, text: str, source: str = "config") -> TranslationConfig:
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{source} is not valid JSON: {err}") from None
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"{source} has unknown settings: {', '.join(unknown)}")
-        return cls(**values)
+@dataclass
+class LanguageModelConfig(_Config):
+    """Model and training settings of a language-model run (saved as config.json).
+
+    The model is pre-LN with GELU and learned positions (GPT-2 style); `max_length`
+    is the training window, and so the longest context the model can read.
+    """
+
+    task: ClassVar[str] = "language_model"
+    # model
+    num_layers: int = 2
+    d_model: int = 128
+    num_heads: int = 4
+    dff: int = 512
+    dropout_rate: float = 0.1
+    max_length: int = 64
+    # data and tokenizer
+    text: str = ""
+    vocab_size: int = 4000
+    val_fraction: float = 0.05
+    # training
+    epochs: int = 10
+    max_tokens: int = 4096
+    warmup_steps: int = 400
+    peak_learning_rate: float = 1e-3
+    label_smoothing: float = 0.0
+    average_last: int = 1
+    seed: int = 0
+
+
+RunConfig = TranslationConfig | LanguageModelConfig
+CONFIG_CLASSES = {cls.task: cls for cls in (TranslationConfig, LanguageModelConfig)}
+
+
+def config_from_json(text: str, source: str = "config") -> RunConfig:
+    """The config of the run kind named by the JSON's "task" (translation if absent)."""
+    task = _parse(text, source).get("task", TranslationConfig.task)
+    if task not in CONFIG_CLASSES:
+        raise ValueError(
+            f"{source} has unknown task {task!r}; expected one of {sorted(CONFIG_CLASSES)}."
+        )
+    return CONFIG_CLASSES[task].from_json(text, source)
 
 
 class RunDirectory:
@@ -82,7 +146,7 @@ class RunDirectory:
         self.checkpoint_dir = self.path / CHECKPOINTS
 
     @classmethod
-    def create(cls, path: str | Path, config: TranslationConfig, overwrite: bool = False):
+    def create(cls, path: str | Path, config: RunConfig, overwrite: bool = False):
         """A new run directory holding `config`; refuses to reuse one with a run in it."""
         run = cls(path)
         if run.config_path.exists() and not overwrite:
@@ -115,11 +179,15 @@ class RunDirectory:
             )
         return run
 
-    def save_config(self, config: TranslationConfig) -> None:
+    def save_config(self, config: RunConfig) -> None:
         atomic_write(self.config_path, lambda f: f.write(config.to_json().encode()))
 
-    def config(self) -> TranslationConfig:
-        return TranslationConfig.from_json(self.config_path.read_text(), str(self.config_path))
+    def config(self, expected: type[RunConfig] | None = None) -> RunConfig:
+        """The run's config; with `expected`, a ValueError if the run is of another kind."""
+        text = self.config_path.read_text()
+        if expected is None:
+            return config_from_json(text, str(self.config_path))
+        return expected.from_json(text, str(self.config_path))
 
     def checkpoint_path(self, epoch: int) -> Path:
         return self.checkpoint_dir / f"epoch-{epoch:04d}.npz"

@@ -16,7 +16,7 @@ import keras
 from keras import ops
 
 from mintransformer.layers import masks, validation
-from mintransformer.layers.encoder import _LayerOptions, _Stack, residual
+from mintransformer.layers.encoder import _LayerOptions, _Stack, cached_self_attention, residual
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
@@ -126,23 +126,14 @@ class DecoderLayer(_LayerOptions):
         Returns:
             `(output (batch, 1, d_model), updated cache)`.
         """
-        max_length = ops.shape(cache)[3]
-        visible = (ops.arange(max_length) <= index)[None, None, None, :]
-
-        def attend_cached(h):
-            nonlocal cache
-            key, value = self.self_attention.project_key_value(h)
-            update = ops.cast(ops.stack([key, value]), cache.dtype)
-            cache = ops.slice_update(cache, (0, 0, 0, index, 0), update)
-            return self.self_attention(h, attention_mask=visible, key_value=(cache[0], cache[1]))
-
-        x, _ = residual(
+        x, cache = cached_self_attention(
             x,
-            attend_cached,
+            index,
+            cache,
+            self.self_attention,
             self.self_attention_norm,
             self.self_attention_dropout,
             self.norm_first,
-            False,
         )
         x, _ = self._cross_and_feed_forward(
             x,
@@ -219,12 +210,6 @@ class Decoder(_Stack):
     def cross_key_values(self, encoder_output):
         """Per layer, the cross-attention (keys, values) of `encoder_output`, computed once."""
         return [block.cross_attention.project_key_value(encoder_output) for block in self.blocks]
-
-    def empty_cache(self, batch_size, max_length: int):
-        """Per layer, zeros `(2, batch, heads, max_length, depth)` for `step`."""
-        depth = self.d_model // self.num_heads
-        shape = (2, batch_size, self.num_heads, max_length, depth)
-        return tuple(ops.zeros(shape, dtype=self.compute_dtype) for _ in self.blocks)
 
     def step(self, token_ids, index, cache, cross_key_values, source_padding_mask=None):
         """Runs one target position through every layer with the key/value cache.

@@ -4,11 +4,16 @@ Each sub-layer is wrapped in a residual connection and layer normalisation:
 post-LN `norm(x + dropout(sublayer(x)))` as in the paper (the default), or
 pre-LN `x + dropout(sublayer(norm(x)))` with `norm_first=True`, which trains
 more stably without warm-up and needs a final LayerNorm after the last layer.
+
+Under a look-ahead mask an `EncoderLayer` is a GPT block; `EncoderLayer.step`
+then processes one position at a time with a key/value cache, sharing
+`cached_self_attention` with `DecoderLayer.step`.
 """
 
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from mintransformer.layers import masks, validation
 from mintransformer.layers.attention import MultiHeadAttention
@@ -26,6 +31,41 @@ def residual(x, sublayer, norm, dropout, norm_first: bool, training):
     out, extra = result if isinstance(result, tuple) else (result, None)
     x = x + dropout(out, training=training)
     return (x if norm_first else norm(x)), extra
+
+
+def cached_self_attention(x, index, cache, attention, norm, dropout, norm_first: bool):
+    """Add & Norm around causal self-attention of one position over a key/value cache.
+
+    The shared inference path of `EncoderLayer.step` (a GPT block) and
+    `DecoderLayer.step`: the new position's key and value are written into
+    slot `index` of the cache, and the query attends to slots `0..index`.
+
+    Args:
+        x: `(batch, 1, d_model)`, the input at position `index`.
+        index: int scalar, the position being processed.
+        cache: `(2, batch, heads, max_length, depth)` keys and values of
+            positions `< index` (later slots are ignored).
+        attention: the layer's self-attention `MultiHeadAttention`.
+        norm, dropout: the sub-layer's LayerNorm and Dropout.
+        norm_first: pre-LN instead of post-LN.
+
+    Returns:
+        `(output (batch, 1, d_model), updated cache)`.
+    """
+    max_length = ops.shape(cache)[3]
+    visible = (ops.arange(max_length) <= index)[None, None, None, :]
+    updated = []
+
+    # A closure so that `residual` applies the pre-LN norm before the keys are projected.
+    def attend(h):
+        key, value = attention.project_key_value(h)
+        new = ops.cast(ops.stack([key, value]), cache.dtype)
+        new = ops.slice_update(cache, (0, 0, 0, index, 0), new)
+        updated.append(new)
+        return attention(h, attention_mask=visible, key_value=(new[0], new[1]))
+
+    x, _ = residual(x, attend, norm, dropout, norm_first, False)
+    return x, updated[0]
 
 
 class _LayerOptions(keras.layers.Layer):
@@ -156,6 +196,32 @@ class EncoderLayer(_LayerOptions):
         x, _ = residual(x, self.ffn, self.ffn_norm, self.ffn_dropout, self.norm_first, training)
         return (x, weights) if return_attention_weights else x
 
+    def step(self, x, index, cache):
+        """Processes one position of a causal (GPT-style) stack with a key/value cache.
+
+        Inference only; equals `call` at position `index` under a look-ahead mask.
+
+        Args:
+            x: `(batch, 1, d_model)`, the input at position `index`.
+            index: int scalar, the position being processed.
+            cache: `(2, batch, heads, max_length, depth)` keys and values of
+                positions `< index` (later slots are ignored).
+
+        Returns:
+            `(output (batch, 1, d_model), updated cache)`.
+        """
+        x, cache = cached_self_attention(
+            x,
+            index,
+            cache,
+            self.self_attention,
+            self.attention_norm,
+            self.attention_dropout,
+            self.norm_first,
+        )
+        x, _ = residual(x, self.ffn, self.ffn_norm, self.ffn_dropout, self.norm_first, False)
+        return x, cache
+
 
 class _Stack(keras.layers.Layer):
     """Embedding + N layers (+ final LayerNorm when pre-LN): shared by Encoder and Decoder."""
@@ -234,6 +300,12 @@ class _Stack(keras.layers.Layer):
 
     def finish(self, x):
         return x if self.final_norm is None else self.final_norm(x)
+
+    def empty_cache(self, batch_size, max_length: int):
+        """Per layer, zeros `(2, batch, heads, max_length, depth)` for cached `step`s."""
+        depth = self.d_model // self.num_heads
+        shape = (2, batch_size, self.num_heads, max_length, depth)
+        return tuple(ops.zeros(shape, dtype=self.compute_dtype) for _ in self.blocks)
 
     def padding_mask(self, token_ids, mask, name):
         """`(batch, length)` bool: the given mask (checked) or one built from `pad_id`."""

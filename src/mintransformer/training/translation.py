@@ -13,7 +13,7 @@ import numpy as np
 
 from mintransformer.data.batching import TranslationBatches
 from mintransformer.models.transformer import Transformer
-from mintransformer.run import RunDirectory, TranslationConfig
+from mintransformer.run import RunConfig, RunDirectory, TranslationConfig
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import checkpoints
 from mintransformer.training.losses import MaskedAccuracy, MaskedLoss
@@ -68,6 +68,23 @@ class EpochCheckpoint(keras.callbacks.Callback):
             old.unlink()
 
 
+class EpochSeed(keras.callbacks.Callback):
+    """Seeds every global random generator with `seed + epoch` as each epoch begins.
+
+    Some randomness lives outside the model's variables (on PyTorch, unseeded dropout
+    draws from torch's global generator), so a checkpoint cannot carry it; re-seeding
+    per epoch makes each epoch's randomness depend only on its number, and a resumed
+    run repeats the uninterrupted one.
+    """
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self.seed = seed
+
+    def on_epoch_begin(self, epoch, logs=None):
+        keras.utils.set_random_seed(self.seed + epoch)
+
+
 def encode_pairs(tokenizer: Tokenizer, pairs) -> tuple[list[list[int]], list[list[int]]]:
     sources = tokenizer.encode_batch([s for s, _ in pairs])
     targets = tokenizer.encode_batch([t for _, t in pairs])
@@ -89,7 +106,8 @@ def make_batches(tokenizer, pairs, config: TranslationConfig, shuffle: bool):
     )
 
 
-def compile_for_training(model, config: TranslationConfig, steps_per_epoch: int) -> None:
+def compile_for_training(model, config: RunConfig, steps_per_epoch: int) -> None:
+    """Noam schedule to `config.peak_learning_rate`, Adam(0.9, 0.98, 1e-9), masked loss."""
     schedule = CustomSchedule.for_peak(
         config.d_model,
         min(config.warmup_steps, config.epochs * steps_per_epoch),
@@ -114,7 +132,7 @@ def train_translation(
     Returns:
         the model holding the final (averaged) weights, and the tokenizer.
     """
-    config = run.config()
+    config = run.config(TranslationConfig)
     keras.utils.set_random_seed(config.seed)
     if resume and run.tokenizer_path.is_file():
         tokenizer = Tokenizer.load(run.tokenizer_path)
@@ -126,7 +144,23 @@ def train_translation(
     val = make_batches(tokenizer, splits["val"], config, shuffle=False)
     model = build_model(config, tokenizer.vocab_size)
     compile_for_training(model, config, len(train))
+    fit_run(run, model, train, val, config, resume, verbose)
+    return model, tokenizer
 
+
+def fit_run(
+    run: RunDirectory, model, train, val, config: RunConfig, resume: bool, verbose: int
+) -> None:
+    """`model.fit` with per-epoch checkpoints, exact resume, then `finish`.
+
+    Args:
+        run: the run directory (checkpoints, log, final weights).
+        model: a compiled model whose optimizer is built.
+        train, val: `PyDataset`s; `train.set_epoch(e)` draws epoch `e`'s batches.
+        config: the run's config (`epochs`, `average_last`).
+        resume: continue from the newest checkpoint instead of starting afresh.
+        verbose: `model.fit` verbosity.
+    """
     initial_epoch = 0
     saved = run.checkpoints() if resume else []
     if saved:
@@ -142,15 +176,15 @@ def train_translation(
             validation_data=val,
             epochs=config.epochs,
             initial_epoch=initial_epoch,
-            shuffle=False,  # the batches are shuffled by TranslationBatches, with a seed
+            shuffle=False,  # the datasets shuffle themselves, with a seed per epoch
             callbacks=[
+                EpochSeed(config.seed),
                 EpochCheckpoint(run, keep=config.average_last),
                 keras.callbacks.CSVLogger(str(run.log_path), append=initial_epoch > 0),
             ],
             verbose=verbose,
         )
     finish(run, model, config.average_last)
-    return model, tokenizer
 
 
 def finish(run: RunDirectory, model, average_last: int) -> None:
@@ -165,7 +199,7 @@ def finish(run: RunDirectory, model, average_last: int) -> None:
 
 def load_trained(run: RunDirectory) -> tuple[Transformer, Tokenizer, TranslationConfig]:
     """The model (final weights), tokenizer and config of a finished run."""
-    config = run.config()
+    config = run.config(TranslationConfig)
     tokenizer = Tokenizer.load(run.tokenizer_path)
     model = build_model(config, tokenizer.vocab_size)
     checkpoints.load_variables(run.weights_path, model_variables(model))
