@@ -86,3 +86,13 @@ def test_evaluate_reports_scores(capsys, tmp_path, trained_run):
     )
     assert code == 0 and "BLEU" in out and "chrF" in out
     assert len((tmp_path / "h.txt").read_text().splitlines()) == 2
+
+
+def test_evaluate_on_a_split_of_the_runs_own_corpus(capsys, tmp_path, trained_run):
+    hypotheses = tmp_path / "h.txt"
+    args = ["evaluate", "--run", str(trained_run.path), "--split", "test"]
+    code, out, _ = run_cli(capsys, *args, "--output", str(hypotheses))
+    assert code == 0 and "BLEU" in out
+    assert len(hypotheses.read_text().splitlines()) == 100
+    code, _, err = run_cli(capsys, "evaluate", "--run", str(trained_run.path))
+    assert code == 2 and "--split" in err

@@ -1,4 +1,4 @@
-"""Bounded end-to-end runs: the demo recipe, real Multi30k data, SIGKILL then --resume.
+"""Bounded end-to-end runs: the demo recipe, real Multi30k and IMDB data, SIGKILL then --resume.
 
 Marked slow (a few minutes in all on two cores); CI runs them on the default backend.
 """
@@ -25,20 +25,36 @@ pytestmark = pytest.mark.slow
 DEMO_SPEC = numbers_spec(num_train=12000, num_val=200, num_test=300)
 
 
-@pytest.fixture(scope="module")
-def demo_translator(tmp_path_factory):
-    """The demo recipe (`PRESETS["numbers"]`) on a smaller corpus, trained once."""
+def train_demo_recipe(path, **overrides):
+    """The demo recipe (`PRESETS["numbers"]`) on a smaller corpus; returns its Translator."""
     from mintransformer.cli import PRESETS
 
-    settings = {**PRESETS["numbers"], "epochs": 5, "warmup_steps": 100}
-    return train_run(tmp_path_factory.mktemp("demo") / "run", DEMO_SPEC, **settings)[0]
+    settings = {**PRESETS["numbers"], "epochs": 5, "warmup_steps": 100, **overrides}
+    return train_run(path, DEMO_SPEC, **settings)[0]
+
+
+def exact_match(translator) -> float:
+    test = load_corpus(DEMO_SPEC)["test"]
+    hypotheses = translator.translate([s for s, _ in test])
+    return float(np.mean([h == t for h, (_, t) in zip(hypotheses, test, strict=True)]))
+
+
+@pytest.fixture(scope="module")
+def demo_translator(tmp_path_factory):
+    return train_demo_recipe(tmp_path_factory.mktemp("demo") / "run")
 
 
 def test_demo_recipe_on_a_smaller_bounded_run(demo_translator):
-    test = load_corpus(DEMO_SPEC)["test"]
-    hypotheses = demo_translator.translate([s for s, _ in test])
-    exact = np.mean([h == t for h, (_, t) in zip(hypotheses, test, strict=True)])
+    exact = exact_match(demo_translator)
     assert exact >= EXACT_MATCH_FLOOR, f"exact match {exact:.3f}"
+
+
+def test_bf16_training_reaches_the_quality_of_fp32(tmp_path, demo_translator):
+    bf16 = train_demo_recipe(tmp_path / "bf16", mixed_precision=True)
+    assert bf16.model.compute_dtype == "bfloat16"
+    fp32_exact, bf16_exact = exact_match(demo_translator), exact_match(bf16)
+    assert bf16_exact >= EXACT_MATCH_FLOOR, f"bf16 exact match {bf16_exact:.3f}"
+    assert bf16_exact >= fp32_exact - 0.03, f"bf16 {bf16_exact:.3f}, fp32 {fp32_exact:.3f}"
 
 
 def test_cross_attention_of_the_demo_model_aligns_words(demo_translator):
@@ -88,6 +104,44 @@ def test_small_model_on_real_multi30k_beats_an_untrained_one(tmp_path, shared_da
 
 
 BLEU_FLOOR = 10.0
+
+
+def test_small_classifier_on_real_imdb_beats_an_untrained_one(tmp_path, shared_data_dir):
+    from mintransformer.classification import Classifier
+    from mintransformer.data.labelled import read_labelled, split_validation
+    from mintransformer.run import ClassificationConfig
+    from mintransformer.training.classification import build_model as build_classifier
+    from mintransformer.training.classification import train_classification
+
+    reviews = read_labelled(shared_data_dir / "imdb" / "train.jsonl.gz")
+    sample = [reviews[i] for i in np.random.default_rng(0).permutation(len(reviews))[:5000]]
+    train, val = split_validation(sample[:4500], 0.1, seed=0)
+    held_out = sample[4500:]
+    config = ClassificationConfig(
+        labels=["0", "1"],
+        num_layers=1,
+        d_model=64,
+        num_heads=4,
+        dff=128,
+        dropout_rate=0.1,
+        vocab_size=4000,
+        max_length=256,
+        epochs=3,
+        max_tokens=8192,
+        warmup_steps=50,
+        peak_learning_rate=2e-3,
+    )
+    run = RunDirectory.create(tmp_path / "run", config)
+    model, tokenizer = train_classification(run, {"train": train, "val": val}, verbose=0)
+    texts = [text for text, _ in held_out]
+    labels = np.array([int(label) for _, label in held_out])
+    trained = Classifier(model, tokenizer, config).probabilities(texts).argmax(-1)
+    untrained = Classifier(build_classifier(config, tokenizer.vocab_size), tokenizer, config)
+    assert (untrained.probabilities(texts).argmax(-1) == labels).mean() < 0.6
+    assert (trained == labels).mean() >= ACCURACY_FLOOR
+
+
+ACCURACY_FLOOR = 0.75
 
 TINY_CLI = [
     "--layers",

@@ -63,3 +63,16 @@ def test_score_agrees_with_sacrebleu_on_known_text():
     perfect = score(["le chat est sur le tapis ."], ["le chat est sur le tapis ."])
     assert perfect.bleu == pytest.approx(100.0)
     assert score(["x y z w"], ["le chat est sur le tapis ."]).bleu == pytest.approx(0.0)
+
+
+def test_score_takes_several_references_per_sentence():
+    hypotheses = ["le chat est sur le tapis", "il pleut beaucoup ce soir"]
+    one = score(hypotheses, ["un chien dort ici maintenant", "il pleut beaucoup ce soir"])
+    several = score(
+        hypotheses,
+        [
+            ["un chien dort ici maintenant", "le chat est sur le tapis"],
+            ["il pleut beaucoup ce soir"],
+        ],
+    )
+    assert several.bleu == pytest.approx(100.0) and one.bleu < 60.0

@@ -1,8 +1,9 @@
 """The run directory: everything a trained model needs, in one folder.
 
     RUN/
-      config.json          model and training settings (`TranslationConfig` or
-                           `LanguageModelConfig`, told apart by its "task")
+      config.json          model and training settings (`TranslationConfig`,
+                           `LanguageModelConfig` or `ClassificationConfig`, told
+                           apart by its "task")
       tokenizer.json       the subword tokenizer trained on the training text
       checkpoints/         epoch-NNNN.npz: model + optimizer + dropout-seed state
       model.npz            the final weights (average of the last checkpoints)
@@ -120,8 +121,45 @@ class LanguageModelConfig(_Config):
     seed: int = 0
 
 
-RunConfig = TranslationConfig | LanguageModelConfig
-CONFIG_CLASSES = {cls.task: cls for cls in (TranslationConfig, LanguageModelConfig)}
+@dataclass
+class ClassificationConfig(_Config):
+    """Model and training settings of a text-classification run (saved as config.json).
+
+    `labels` are the class names in id order, fixed from the training data.
+    """
+
+    task: ClassVar[str] = "classification"
+    # model
+    num_layers: int = 2
+    d_model: int = 128
+    num_heads: int = 4
+    dff: int = 512
+    key_dim: int | None = None
+    dropout_rate: float = 0.1
+    pooling: str = "mean"
+    hidden_units: int = 0
+    max_length: int = 512
+    truncation: str = "head_tail"
+    labels: list = field(default_factory=list)
+    # data and tokenizer
+    data: dict = field(default_factory=dict)
+    vocab_size: int = 16000
+    lowercase: bool = True
+    # training
+    epochs: int = 4
+    max_tokens: int = 16384
+    max_batch_size: int | None = None
+    warmup_steps: int = 200
+    peak_learning_rate: float = 1e-3
+    average_last: int = 1
+    seed: int = 0
+    mixed_precision: bool = False
+
+
+RunConfig = TranslationConfig | LanguageModelConfig | ClassificationConfig
+CONFIG_CLASSES = {
+    cls.task: cls for cls in (TranslationConfig, LanguageModelConfig, ClassificationConfig)
+}
 
 
 def config_from_json(text: str, source: str = "config") -> RunConfig:

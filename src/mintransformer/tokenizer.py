@@ -40,7 +40,11 @@ class Tokenizer:
 
     @classmethod
     def train(
-        cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2
+        cls,
+        texts: Iterable[str],
+        vocab_size: int = 8000,
+        min_frequency: int = 2,
+        lowercase: bool = False,
     ) -> Tokenizer:
         """Trains a BPE tokenizer on raw sentences (typically source and target together).
 
@@ -49,6 +53,7 @@ class Tokenizer:
             vocab_size: Largest vocabulary size, special tokens included. BPE stops early when
                 the data supports no more merges.
             min_frequency: Minimum count of a pair for it to be merged.
+            lowercase: Lowercase all text (at training and at every later encode).
 
         Returns:
             The trained tokenizer.
@@ -65,9 +70,10 @@ class Tokenizer:
             raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
 
         hf = HFTokenizer(models.BPE(unk_token=cls.UNK))
-        hf.normalizer = normalizers.Sequence(
-            [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
-        )
+        steps = [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
+        if lowercase:
+            steps.append(normalizers.Lowercase())
+        hf.normalizer = normalizers.Sequence(steps)
         # Splitting after hyphens keeps compounds ("quatre-vingt-dix", "est-ce") in word-sized
         # pieces; spaces are kept as "▁", so decoding still restores the exact text.
         hf.pre_tokenizer = pre_tokenizers.Sequence(

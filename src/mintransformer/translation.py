@@ -35,15 +35,22 @@ class Scores:
         return f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  ({self.signature})"
 
 
-def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
-    """Corpus sacreBLEU (13a tokenisation) and chrF of detokenised text."""
+def score(hypotheses: Sequence[str], references: Sequence[str | Sequence[str]]) -> Scores:
+    """Corpus sacreBLEU (13a tokenisation) and chrF of detokenised text.
+
+    Each reference is a string, or a list of the acceptable translations of that
+    sentence (sacreBLEU's multi-reference scoring; the lists may differ in length).
+    """
     if len(hypotheses) != len(references):
         raise ValueError(
             f"{len(hypotheses)} hypotheses but {len(references)} references: counts must match."
         )
+    options = [[r] if isinstance(r, str) else list(r) for r in references]
+    count = max(len(o) for o in options) if options else 1
+    streams = [[o[i] if i < len(o) else None for o in options] for i in range(count)]
     bleu = sacrebleu.metrics.BLEU()
-    result = bleu.corpus_score(list(hypotheses), [list(references)])
-    chrf = sacrebleu.corpus_chrf(list(hypotheses), [list(references)])
+    result = bleu.corpus_score(list(hypotheses), streams)
+    chrf = sacrebleu.metrics.CHRF().corpus_score(list(hypotheses), streams)
     return Scores(result.score, chrf.score, str(bleu.get_signature()))
 
 
@@ -125,6 +132,29 @@ class Translator:
                 f"{len(references)}: they must be line-aligned."
             )
         hypotheses = self.translate(sources, **options)
-        if output_file is not None:
-            Path(output_file).write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+        _write_lines(output_file, hypotheses)
         return score(hypotheses, [normalize_text(r) for r in references])
+
+    def evaluate_pairs(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        output_file: str | Path | None = None,
+        **options,
+    ) -> Scores:
+        """Translates the sources of `(source, reference)` pairs and scores them.
+
+        A source that occurs in several pairs (Tatoeba lists many translations of one
+        sentence) is translated once and scored against all its references; the output
+        file then has one line per distinct source, in order of first occurrence.
+        """
+        references: dict[str, list[str]] = {}
+        for source, reference in pairs:
+            references.setdefault(source, []).append(normalize_text(reference))
+        hypotheses = self.translate(list(references), **options)
+        _write_lines(output_file, hypotheses)
+        return score(hypotheses, list(references.values()))
+
+
+def _write_lines(path: str | Path | None, lines: Sequence[str]) -> None:
+    if path is not None:
+        Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from mintransformer import Transformer
-from mintransformer.decoding.beam import beam_search, length_penalty
+from mintransformer.decoding.beam import beam_search, length_penalty, top_candidates
 from mintransformer.decoding.greedy import greedy_search
 from mintransformer.decoding.steps import CachedSteps, FullRecomputeSteps
 
@@ -123,3 +123,16 @@ def test_decoding_longer_than_the_position_table_is_refused(model_and_sources):
     model, _ = model_and_sources
     with pytest.raises(ValueError, match="pe_target"):
         CachedSteps(model, 33)
+
+
+def test_top_candidates_equal_a_full_sort():
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        totals = rng.normal(size=(3, int(rng.integers(1, 40))))
+        totals[rng.random(totals.shape) < 0.2] = -np.inf
+        count = min(6, totals.shape[1])
+        expected = np.argsort(-totals, axis=1, kind="stable")[:, :count]
+        got = top_candidates(totals, count)
+        # -inf ties may be picked in any order; every finite pick is the same column.
+        finite = np.isfinite(np.take_along_axis(totals, expected, axis=1))
+        np.testing.assert_array_equal(got[finite], expected[finite])

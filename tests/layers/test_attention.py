@@ -89,16 +89,18 @@ def test_multi_head_attention_matches_float64_reference(heads, depth, q_len, k_l
     assert relative_error(to_numpy(weights), ref_weights) <= 1e-5
 
 
-def test_multi_head_attention_matches_keras_multi_head_attention():
+@pytest.mark.parametrize("key_dim", [None, 8])
+def test_multi_head_attention_matches_keras_multi_head_attention(key_dim):
+    """The paper's d_model // heads per head, and a wider head as in the IMDB notebook."""
     rng = np.random.default_rng(0)
     d_model, heads = 16, 4
     query = rng.normal(size=(3, 5, d_model)).astype("float32")
     memory = rng.normal(size=(3, 7, d_model)).astype("float32")
     mask = rng.random((3, 5, 7)) > 0.3
     mask[:, :, 0] = True  # Keras gives fully masked rows uniform weights; we give zeros.
-    ours = MultiHeadAttention(d_model, heads)
+    ours = MultiHeadAttention(d_model, heads, key_dim=key_dim)
     ours(query, memory)
-    theirs = keras.layers.MultiHeadAttention(heads, key_dim=d_model // heads)
+    theirs = keras.layers.MultiHeadAttention(heads, key_dim=key_dim or d_model // heads)
     theirs(query, memory, memory)
     copies = [
         (theirs._query_dense, ours.query_dense, (d_model, heads, -1), (heads, -1)),
@@ -107,7 +109,7 @@ def test_multi_head_attention_matches_keras_multi_head_attention():
         (theirs._output_dense, ours.output_dense, (heads, -1, d_model), (d_model,)),
     ]
     for their_dense, our_dense, kernel_shape, bias_shape in copies:
-        our_dense.bias.assign(rng.normal(size=(d_model,)).astype("float32"))
+        our_dense.bias.assign(rng.normal(size=our_dense.bias.shape).astype("float32"))
         their_dense.kernel.assign(to_numpy(our_dense.kernel).reshape(kernel_shape))
         their_dense.bias.assign(to_numpy(our_dense.bias).reshape(bias_shape))
     out, weights = ours(query, memory, attention_mask=mask, return_attention_weights=True)
@@ -129,7 +131,7 @@ def test_precomputed_keys_and_values_give_the_same_output():
 
 
 def test_config_round_trip():
-    layer = MultiHeadAttention(12, 3, dropout_rate=0.2, use_bias=False, name="mha")
+    layer = MultiHeadAttention(12, 3, dropout_rate=0.2, use_bias=False, key_dim=5, name="mha")
     clone = MultiHeadAttention.from_config(layer.get_config())
     assert clone.get_config() == layer.get_config()
 
@@ -142,6 +144,7 @@ def test_config_round_trip():
         ({"d_model": 8, "num_heads": -2}, "num_heads"),
         ({"d_model": 8, "num_heads": 2, "dropout_rate": 1.0}, "dropout_rate"),
         ({"d_model": 8, "num_heads": 2, "dropout_rate": -0.1}, "dropout_rate"),
+        ({"d_model": 8, "num_heads": 2, "key_dim": 0}, "key_dim"),
     ],
 )
 def test_bad_arguments_raise_value_error_naming_them(kwargs, argument):
@@ -158,3 +161,18 @@ def test_float_mask_is_rejected():
     x = np.zeros((1, 2, 8), "float32")
     with pytest.raises(ValueError, match="boolean"):
         MultiHeadAttention(8, 2)(x, attention_mask=np.ones((1, 2, 2), "float32"))
+
+
+def test_fused_attention_equals_the_written_out_attention(rng):
+    from mintransformer.layers.attention import fused_attention
+
+    query = rng.normal(size=(2, 3, 5, 8)).astype("float32")
+    key = rng.normal(size=(2, 3, 7, 8)).astype("float32")
+    value = rng.normal(size=(2, 3, 7, 8)).astype("float32")
+    mask = rng.random((2, 1, 5, 7)) > 0.4
+    mask[1, 0, 2] = False  # a row with every key masked: zeros, as written out
+    expected, _ = scaled_dot_product_attention(query, key, value, mask)
+    for m, want in [(mask, expected), (None, scaled_dot_product_attention(query, key, value)[0])]:
+        got = to_numpy(fused_attention(query, key, value, m))
+        np.testing.assert_allclose(got, to_numpy(want), rtol=1e-5, atol=1e-6)
+    assert not to_numpy(fused_attention(query, key, value, mask))[1, :, 2].any()

@@ -131,6 +131,34 @@ def pad_batch(
     return array
 
 
+def distinct_shapes_first(
+    batches: list[list[int]], widths: Sequence[Sequence[int]], pad_multiple: int
+) -> list[list[int]]:
+    """Moves two batches whose padded widths differ wherever widths vary to the front.
+
+    Keras (TensorFlow backend) fixes the tf.data signature from the first two batches: a
+    width they share becomes static, and any later batch of another width fails.
+
+    Args:
+        batches: lists of example indices.
+        widths: per batch, the longest length of each of its inputs (before padding).
+        pad_multiple: the multiple the widths are padded to.
+    """
+    padded = np.array([[_round_up(w, pad_multiple) for w in row] for row in widths])
+    varies = padded.min(axis=0) != padded.max(axis=0)
+    if not varies.any():
+        return batches
+    # Such a pair always exists (two varying widths: a pair differing in both does).
+    for first in range(len(batches)):
+        differs = np.all((padded != padded[first]) | ~varies, axis=1)
+        if differs.any():
+            second = int(np.argmax(differs))
+            order = [first, second]
+            order += [i for i in range(len(batches)) if i not in (first, second)]
+            return [batches[i] for i in order]
+    raise AssertionError("unreachable: no pair of batches with distinct widths")
+
+
 class TranslationBatches(keras.utils.PyDataset):
     """Batches of ((encoder_input, decoder_input), labels) numpy int32 arrays for model.fit.
 
@@ -230,35 +258,14 @@ class TranslationBatches(keras.utils.PyDataset):
             seed=self.seed + self.epoch,
             pad_multiple=self.pad_multiple,
         )
-        return self._with_distinct_shapes_first(batches)
-
-    def _with_distinct_shapes_first(self, batches: list[list[int]]) -> list[list[int]]:
-        """Moves two batches whose widths differ wherever widths vary to the front.
-
-        Keras (TensorFlow backend) fixes the tf.data signature from the first two batches: a
-        width they share becomes static, and any later batch of another width fails.
-        """
-        widths = np.array(
+        widths = [
             [
-                [
-                    _round_up(max(len(self._encoder_inputs[i]) for i in batch), self.pad_multiple),
-                    _round_up(max(len(self._decoder_inputs[i]) for i in batch), self.pad_multiple),
-                ]
-                for batch in batches
+                max(len(self._encoder_inputs[i]) for i in batch),
+                max(len(self._decoder_inputs[i]) for i in batch),
             ]
-        )
-        varies = widths.min(axis=0) != widths.max(axis=0)
-        if not varies.any():
-            return batches
-        # Such a pair always exists (two varying widths: a pair differing in both does).
-        for first in range(len(batches)):
-            differs = np.all((widths != widths[first]) | ~varies, axis=1)
-            if differs.any():
-                second = int(np.argmax(differs))
-                order = [first, second]
-                order += [i for i in range(len(batches)) if i not in (first, second)]
-                return [batches[i] for i in order]
-        raise AssertionError("unreachable: no pair of batches with distinct widths")
+            for batch in batches
+        ]
+        return distinct_shapes_first(batches, widths, self.pad_multiple)
 
     @property
     def num_examples(self) -> int:
@@ -292,4 +299,77 @@ class TranslationBatches(keras.utils.PyDataset):
 
     def on_epoch_end(self) -> None:
         """Moves to the next epoch and re-draws the batches with its seed."""
+        self.set_epoch(self.epoch + 1)
+
+
+class ClassificationBatches(keras.utils.PyDataset):
+    """Batches of (token_ids, labels) numpy int32 arrays for model.fit, bucketed by length.
+
+    Like `TranslationBatches`: similar lengths under a padded-token budget, re-drawn each
+    epoch with the seed ``seed + epoch`` when shuffling.
+    """
+
+    def __init__(
+        self,
+        token_ids: Sequence[Sequence[int]],
+        labels: Sequence[int],
+        *,
+        pad_id: int = 0,
+        max_tokens: int = 16384,
+        max_batch_size: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        pad_multiple: int = 8,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        if len(token_ids) != len(labels):
+            raise ValueError(
+                f"token_ids and labels must have the same length, got {len(token_ids)} "
+                f"and {len(labels)}"
+            )
+        if not token_ids:
+            raise ValueError("no examples to batch")
+        self._token_ids = [list(ids) for ids in token_ids]
+        self._labels = np.asarray(labels, "int32")
+        self.pad_id = pad_id
+        self.max_tokens = max_tokens
+        self.max_batch_size = max_batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.pad_multiple = pad_multiple
+        self.epoch = 0
+        self._batches = self._make_batches()
+
+    def _make_batches(self) -> list[list[int]]:
+        batches = batch_by_length(
+            [len(ids) for ids in self._token_ids],
+            max_tokens=self.max_tokens,
+            max_batch_size=self.max_batch_size,
+            shuffle=self.shuffle,
+            seed=self.seed + self.epoch,
+            pad_multiple=self.pad_multiple,
+        )
+        widths = [[max(len(self._token_ids[i]) for i in batch)] for batch in batches]
+        return distinct_shapes_first(batches, widths, self.pad_multiple)
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        if not 0 <= index < len(self._batches):
+            raise IndexError(f"batch index {index} out of range for {len(self)} batches")
+        indices = self._batches[index]
+        token_ids = pad_batch(
+            [self._token_ids[i] for i in indices], pad_id=self.pad_id, multiple=self.pad_multiple
+        )
+        return token_ids, self._labels[indices]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draws the batches of `epoch` (seed ``seed + epoch``), e.g. when resuming training."""
+        self.epoch = epoch
+        if self.shuffle:
+            self._batches = self._make_batches()
+
+    def on_epoch_end(self) -> None:
         self.set_epoch(self.epoch + 1)

@@ -19,6 +19,22 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def top_candidates(totals: np.ndarray, count: int) -> np.ndarray:
+    """Per row, the column indices of the `count` largest values, best first.
+
+    Only `count` values are sorted (after an O(n) partition), not the whole
+    `beam * vocab` row; equal values are ordered by index.
+    """
+    width = totals.shape[1]
+    if count < width:
+        columns = np.argpartition(-totals, count - 1, axis=1)[:, :count]
+    else:
+        columns = np.broadcast_to(np.arange(width), totals.shape)
+    values = np.take_along_axis(totals, columns, axis=1)
+    order = np.lexsort((columns, -values), axis=1)
+    return np.take_along_axis(columns, order, axis=1)
+
+
 def beam_search(
     steps,
     source_ids,
@@ -57,7 +73,7 @@ def beam_search(
         log_probs, state = steps.step(tokens, index, state)
         vocab = log_probs.shape[-1]
         totals = (scores[:, :, None] + log_probs.reshape(batch, k, vocab)).reshape(batch, -1)
-        candidates = np.argsort(-totals, axis=1, kind="stable")[:, : 2 * k]
+        candidates = top_candidates(totals, 2 * k)
         keep = np.zeros(batch * k, "int64")
         new_scores = np.full((batch, k), -np.inf)
         new_prefixes = [[[] for _ in range(k)] for _ in range(batch)]

@@ -14,6 +14,7 @@ import math
 import keras
 from keras import ops
 
+from mintransformer.backend_adapter import prefers_fused_attention
 from mintransformer.layers import validation
 from mintransformer.layers.masks import check_attention_mask
 
@@ -61,6 +62,25 @@ def scaled_dot_product_attention(query, key, value, mask=None):
     return ops.matmul(ops.cast(weights, value.dtype), value), weights
 
 
+def fused_attention(query, key, value, mask=None):
+    """`scaled_dot_product_attention`'s output from the backend's fused kernel (no weights).
+
+    Args and output as `scaled_dot_product_attention`, with rank-4 inputs
+    `(batch, heads, length, depth)`; rows whose keys are all masked give zeros.
+    """
+
+    def swap(x):  # keras' kernel takes (batch, length, heads, depth)
+        return ops.swapaxes(x, 1, 2)
+
+    scale = 1.0 / math.sqrt(query.shape[-1])
+    output = swap(
+        ops.dot_product_attention(swap(query), swap(key), swap(value), mask=mask, scale=scale)
+    )
+    if mask is None:
+        return output
+    return ops.where(ops.any(mask, axis=-1, keepdims=True), output, ops.zeros_like(output))
+
+
 @keras.saving.register_keras_serializable(package="mintransformer")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention: project, split into heads, attend, merge, project.
@@ -70,6 +90,8 @@ class MultiHeadAttention(keras.layers.Layer):
         num_heads: number of heads; must divide `d_model`.
         dropout_rate: dropout on the attention weights during training.
         use_bias: whether the four projections have biases.
+        key_dim: width of each head's queries, keys and values; by default
+            `d_model // num_heads` as in the paper (keras' `key_dim`).
 
     Call arguments:
         query: `(batch, query_length, d_model)`.
@@ -88,17 +110,24 @@ class MultiHeadAttention(keras.layers.Layer):
         `(batch, query_length, d_model)`, or `(output, weights)`.
     """
 
-    def __init__(self, d_model, num_heads, dropout_rate=0.0, use_bias=True, **kwargs):
+    def __init__(self, d_model, num_heads, dropout_rate=0.0, use_bias=True, key_dim=None, **kwargs):
         super().__init__(**kwargs)
-        self.depth = validation.heads_divide(d_model, num_heads)
+        if key_dim is None:
+            self.depth = validation.heads_divide(d_model, num_heads)
+        else:
+            validation.positive_int(d_model, "d_model")
+            validation.positive_int(num_heads, "num_heads")
+            self.depth = validation.positive_int(key_dim, "key_dim")
+        self.key_dim = key_dim
         self.d_model = d_model
         self.num_heads = num_heads
         self.dropout_rate = validation.dropout_rate(dropout_rate)
         self.use_bias = use_bias
         dense = dict(use_bias=use_bias, dtype=self.dtype_policy)
-        self.query_dense = keras.layers.Dense(d_model, name="query", **dense)
-        self.key_dense = keras.layers.Dense(d_model, name="key", **dense)
-        self.value_dense = keras.layers.Dense(d_model, name="value", **dense)
+        width = num_heads * self.depth
+        self.query_dense = keras.layers.Dense(width, name="query", **dense)
+        self.key_dense = keras.layers.Dense(width, name="key", **dense)
+        self.value_dense = keras.layers.Dense(width, name="value", **dense)
         self.output_dense = keras.layers.Dense(d_model, name="output", **dense)
         self.weights_dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
@@ -108,7 +137,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.query_dense.build(query_shape)
         self.key_dense.build(key_shape)
         self.value_dense.build(value_shape)
-        self.output_dense.build(tuple(query_shape[:-1]) + (self.d_model,))
+        self.output_dense.build(tuple(query_shape[:-1]) + (self.num_heads * self.depth,))
         self.built = True
 
     def split_heads(self, x):
@@ -118,9 +147,10 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.transpose(x, (0, 2, 1, 3))
 
     def merge_heads(self, x):
-        """`(batch, num_heads, length, depth)` -> `(batch, length, d_model)`."""
+        """`(batch, num_heads, length, depth)` -> `(batch, length, num_heads * depth)`."""
         batch, length = ops.shape(x)[0], ops.shape(x)[2]
-        return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (batch, length, self.d_model))
+        width = self.num_heads * self.depth
+        return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (batch, length, width))
 
     def project_key_value(self, key, value=None):
         """Projects and splits keys and values once, e.g. an encoder output for decoding."""
@@ -148,6 +178,10 @@ class MultiHeadAttention(keras.layers.Layer):
         if attention_mask is not None:
             attention_mask = check_attention_mask(attention_mask)
         queries = self.split_heads(self.query_dense(query))
+        dropout_active = training and self.dropout_rate > 0
+        if not (return_attention_weights or dropout_active) and prefers_fused_attention():
+            attended = fused_attention(queries, keys, values, attention_mask)
+            return self.output_dense(self.merge_heads(attended))
         weights = attention_weights(queries, keys, attention_mask)
         dropped = self.weights_dropout(ops.cast(weights, values.dtype), training=training)
         output = self.output_dense(self.merge_heads(ops.matmul(dropped, values)))
@@ -162,5 +196,6 @@ class MultiHeadAttention(keras.layers.Layer):
             num_heads=self.num_heads,
             dropout_rate=self.dropout_rate,
             use_bias=self.use_bias,
+            key_dim=self.key_dim,
         )
         return config

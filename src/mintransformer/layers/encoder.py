@@ -81,10 +81,12 @@ class _LayerOptions(keras.layers.Layer):
         norm_first=False,
         layer_norm_epsilon=1e-6,
         use_bias=True,
+        key_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        validation.heads_divide(d_model, num_heads)
+        if key_dim is None:
+            validation.heads_divide(d_model, num_heads)
         self.d_model = d_model
         self.num_heads = num_heads
         self.dff = validation.positive_int(dff, "dff")
@@ -93,6 +95,7 @@ class _LayerOptions(keras.layers.Layer):
         self.norm_first = bool(norm_first)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.use_bias = use_bias
+        self.key_dim = key_dim
 
     def attention(self, name):
         return MultiHeadAttention(
@@ -100,6 +103,7 @@ class _LayerOptions(keras.layers.Layer):
             self.num_heads,
             self.dropout_rate,
             self.use_bias,
+            self.key_dim,
             dtype=self.dtype_policy,
             name=name,
         )
@@ -133,6 +137,7 @@ class _LayerOptions(keras.layers.Layer):
             norm_first=self.norm_first,
             layer_norm_epsilon=self.layer_norm_epsilon,
             use_bias=self.use_bias,
+            key_dim=self.key_dim,
         )
         return config
 
@@ -150,6 +155,7 @@ class EncoderLayer(_LayerOptions):
         norm_first: pre-LN instead of the paper's post-LN.
         layer_norm_epsilon: LayerNorm epsilon.
         use_bias: biases in the attention and feed-forward projections.
+        key_dim: per-head width; by default `d_model // num_heads`.
 
     Call arguments:
         x: `(batch, length, d_model)`.
@@ -242,6 +248,7 @@ class _Stack(keras.layers.Layer):
         norm_first=False,
         position="sinusoidal",
         layer_norm_epsilon=1e-6,
+        key_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -257,6 +264,7 @@ class _Stack(keras.layers.Layer):
         self.norm_first = norm_first
         self.position = position
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.key_dim = key_dim
         self.embedding = TokenAndPositionEmbedding(
             vocab_size,
             d_model,
@@ -276,6 +284,7 @@ class _Stack(keras.layers.Layer):
                 activation=activation,
                 norm_first=norm_first,
                 layer_norm_epsilon=layer_norm_epsilon,
+                key_dim=key_dim,
                 dtype=self.dtype_policy,
                 name=f"{prefix}_layer{i + 1}",
             )
@@ -303,7 +312,7 @@ class _Stack(keras.layers.Layer):
 
     def empty_cache(self, batch_size, max_length: int):
         """Per layer, zeros `(2, batch, heads, max_length, depth)` for cached `step`s."""
-        depth = self.d_model // self.num_heads
+        depth = self.blocks[0].self_attention.depth
         shape = (2, batch_size, self.num_heads, max_length, depth)
         return tuple(ops.zeros(shape, dtype=self.compute_dtype) for _ in self.blocks)
 
@@ -329,6 +338,7 @@ class _Stack(keras.layers.Layer):
             norm_first=self.norm_first,
             position=self.position,
             layer_norm_epsilon=self.layer_norm_epsilon,
+            key_dim=self.key_dim,
         )
         return config
 
@@ -340,7 +350,7 @@ class Encoder(_Stack):
     Args:
         num_layers: number of EncoderLayers.
         d_model, num_heads, dff, dropout_rate, activation, norm_first,
-            layer_norm_epsilon: as `EncoderLayer`.
+            layer_norm_epsilon, key_dim: as `EncoderLayer`.
         vocab_size: source vocabulary size.
         max_length: longest source sequence (the seeds' `pe_input`).
         pad_id: padding id used to build the padding mask.

@@ -1,0 +1,89 @@
+"""Classifying text with a trained run, and measuring accuracy on a labelled file.
+
+Texts are batched by length for speed and returned in input order. Long texts are
+cut to the model's length with the run's truncation (head, tail or head + tail),
+as in training; an empty text is classified from its `<s>` token alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from keras import ops
+from tqdm.auto import tqdm
+
+from mintransformer.backend_adapter import compile_inference
+from mintransformer.data.batching import batch_by_length, pad_batch
+from mintransformer.data.labelled import LabelSet, clean_text, read_labelled
+from mintransformer.run import RunDirectory
+from mintransformer.training.classification import encode_texts, load_trained
+
+
+@dataclass
+class Prediction:
+    label: str
+    probability: float
+
+
+@dataclass
+class Accuracy:
+    accuracy: float
+    correct: int
+    total: int
+
+    def __str__(self) -> str:
+        return f"accuracy {100 * self.accuracy:.2f}% ({self.correct:,} of {self.total:,})"
+
+
+class Classifier:
+    """Classifies with a model, tokenizer and config; `Classifier.from_run(dir)` loads a run."""
+
+    def __init__(self, model, tokenizer, config):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.labels = LabelSet(config.labels)
+        variables = model.trainable_variables + model.non_trainable_variables
+
+        def probabilities(token_ids):
+            return ops.softmax(model(token_ids, training=False), axis=-1)
+
+        self._probabilities = compile_inference(probabilities, variables)
+
+    @classmethod
+    def from_run(cls, path: str | Path) -> Classifier:
+        return cls(*load_trained(RunDirectory.open(path)))
+
+    def probabilities(
+        self, texts: Sequence[str], max_tokens: int = 32768, progress: bool = False
+    ) -> np.ndarray:
+        """`(len(texts), num_classes)` class probabilities, in input order."""
+        token_ids = encode_texts(self.tokenizer, [clean_text(t) for t in texts], self.config)
+        result = np.zeros((len(texts), len(self.labels.names)), "float32")
+        batches = batch_by_length(
+            [len(ids) for ids in token_ids], max_tokens=max_tokens, shuffle=False, seed=0
+        )
+        for batch in tqdm(batches, disable=not progress, desc="classifying", unit="batch"):
+            ids = pad_batch([token_ids[i] for i in batch], pad_id=self.tokenizer.pad_id)
+            result[batch] = np.asarray(ops.convert_to_numpy(self._probabilities(ids)))
+        return result
+
+    def classify(self, texts: Sequence[str], progress: bool = False) -> list[Prediction]:
+        """The most probable label of each text and its probability."""
+        probabilities = self.probabilities(texts, progress=progress)
+        best = probabilities.argmax(axis=-1)
+        return [
+            Prediction(self.labels.names[b], float(p[b]))
+            for b, p in zip(best, probabilities, strict=True)
+        ]
+
+    def evaluate(self, path: str | Path, progress: bool = False) -> Accuracy:
+        """Accuracy on a labelled file or folder (any format `read_labelled` reads)."""
+        pairs = read_labelled(path)
+        expected = self.labels.ids([label for _, label in pairs], str(path))
+        predicted = self.probabilities([text for text, _ in pairs], progress=progress)
+        correct = int((predicted.argmax(axis=-1) == expected).sum())
+        return Accuracy(correct / len(pairs), correct, len(pairs))

@@ -1,0 +1,107 @@
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from mintransformer.data.labelled import (
+    LabelSet,
+    clean_text,
+    read_labelled,
+    split_validation,
+    truncate,
+)
+
+
+def write_jsonl(path, records):
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+
+
+def test_html_line_breaks_become_spaces():
+    assert clean_text("Great.<br /><br />Loved it<BR>really<br/>") == "Great. Loved it really"
+
+
+@pytest.mark.parametrize("name", ["data.jsonl", "data.jsonl.gz"])
+def test_jsonl_labels_are_read_as_strings(tmp_path, name):
+    path = tmp_path / name
+    write_jsonl(path, [{"text": "good<br />film", "label": 1}, {"text": "bad", "label": 0}])
+    assert read_labelled(path) == [("good film", "1"), ("bad", "0")]
+
+
+def test_csv_with_quoted_commas(tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_text('id,text,label\n1,"fine, really",pos\n2,awful,neg\n', encoding="utf-8")
+    assert read_labelled(path) == [("fine, really", "pos"), ("awful", "neg")]
+
+
+def test_class_folders_as_in_aclimdb(tmp_path):
+    for label, text in [("pos", "great"), ("neg", "dull"), ("unsup", "no label")]:
+        (tmp_path / label).mkdir()
+        (tmp_path / label / "0_7.txt").write_text(text, encoding="utf-8")
+    assert sorted(read_labelled(tmp_path)) == [("dull", "neg"), ("great", "pos")]
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"text": "x", "label": None}, "line 2: label"),
+        ({"text": "x", "label": 0.5}, "line 2: label"),
+        ({"text": "x"}, 'line 2: expected an object with "text" and "label"'),
+        ({"text": 3, "label": 1}, 'line 2: "text" must be a string'),
+    ],
+)
+def test_bad_records_name_their_line(tmp_path, record, message):
+    path = tmp_path / "data.jsonl"
+    write_jsonl(path, [{"text": "ok", "label": 1}, record])
+    with pytest.raises(ValueError, match=message):
+        read_labelled(path)
+
+
+def test_empty_file_unknown_format_and_missing_columns(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match="no labelled text"):
+        read_labelled(empty)
+    parquet = tmp_path / "data.parquet"
+    parquet.touch()
+    with pytest.raises(ValueError, match="unknown format '.parquet'"):
+        read_labelled(parquet)
+    csv_file = tmp_path / "bad.csv"
+    csv_file.write_text("review,sentiment\nok,1\n")
+    with pytest.raises(ValueError, match="`text` and `label`"):
+        read_labelled(csv_file)
+    with pytest.raises(FileNotFoundError):
+        read_labelled(tmp_path / "missing.jsonl")
+
+
+def test_label_set_orders_numbers_numerically_and_rejects_unknown_labels():
+    labels = LabelSet.from_labels(["10", "2", "1", "2"])
+    assert labels.names == ["1", "2", "10"]
+    np.testing.assert_array_equal(labels.ids(["10", "1"]), [2, 0])
+    with pytest.raises(ValueError, match="labels the model does not know: \\['7'\\]"):
+        labels.ids(["7"], "test.jsonl")
+    with pytest.raises(ValueError, match="at least two classes"):
+        LabelSet.from_labels(["pos", "pos"])
+
+
+def test_validation_split_is_seeded_and_disjoint():
+    pairs = [(str(i), "a") for i in range(100)]
+    train, val = split_validation(pairs, 0.1, seed=3)
+    assert len(val) == 10 and len(train) == 90
+    assert sorted(train + val) == sorted(pairs)
+    assert split_validation(pairs, 0.1, seed=3) == (train, val)
+    with pytest.raises(ValueError, match="fraction"):
+        split_validation(pairs, 1.0, seed=0)
+
+
+def test_truncation_modes():
+    ids = list(range(10))
+    assert truncate(ids, 4, "head") == [0, 1, 2, 3]
+    assert truncate(ids, 4, "tail") == [6, 7, 8, 9]
+    assert truncate(ids, 8, "head_tail") == [0, 1, 4, 5, 6, 7, 8, 9]
+    assert truncate(ids, 20, "head_tail") == ids
+    with pytest.raises(ValueError, match="truncation"):
+        truncate(ids, 4, "middle")

@@ -1,0 +1,88 @@
+import keras
+import numpy as np
+import pytest
+
+from mintransformer.models.classifier import TextClassifier
+from tests.conftest import to_numpy
+
+pytestmark = pytest.mark.core
+
+
+def small_classifier(**overrides) -> TextClassifier:
+    options = dict(num_classes=3, dropout_rate=0.0, pooling="mean")
+    options.update(overrides)
+    model = TextClassifier(2, 16, 4, 32, vocab_size=50, max_length=24, **options)
+    model(np.ones((1, 3), "int32"))
+    return model
+
+
+def token_batch(rng, lengths, width):
+    ids = np.zeros((len(lengths), width), "int32")
+    for row, length in enumerate(lengths):
+        ids[row, :length] = rng.integers(1, 50, size=length)
+    return ids
+
+
+def test_logits_shape_and_dtype(rng):
+    model = small_classifier(hidden_units=8)
+    logits = model(token_batch(rng, [5, 9, 1], 9))
+    assert tuple(logits.shape) == (3, 3)
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_padding_does_not_change_the_prediction(rng, pooling):
+    model = small_classifier(pooling=pooling)
+    ids = token_batch(rng, [4, 7], 8)
+    padded = np.concatenate([ids, np.zeros((2, 9), "int32")], axis=1)
+    np.testing.assert_allclose(to_numpy(model(padded)), to_numpy(model(ids)), rtol=1e-5, atol=1e-5)
+
+
+def test_mean_pooling_averages_only_real_tokens(rng):
+    model = small_classifier()
+    ids = token_batch(rng, [3, 6], 6)
+    hidden = to_numpy(model.encoder(ids))
+    keep = ids != 0
+    expected = np.stack([hidden[b][keep[b]].mean(axis=0) for b in range(2)])
+    pooled = to_numpy(
+        model.pool(keras.ops.convert_to_tensor(hidden), keras.ops.convert_to_tensor(keep))
+    )
+    np.testing.assert_allclose(pooled, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_cls_pooling_takes_the_first_position(rng):
+    model = small_classifier(pooling="cls")
+    hidden = rng.normal(size=(2, 5, 16)).astype("float32")
+    pooled = to_numpy(model.pool(hidden, np.ones((2, 5), bool)))
+    np.testing.assert_array_equal(pooled, hidden[:, 0])
+
+
+def test_one_token_inputs_give_finite_probabilities():
+    model = small_classifier()
+    logits = to_numpy(model(np.array([[1]], "int32")))
+    assert np.isfinite(logits).all()
+
+
+def test_saved_model_gives_identical_outputs(rng, tmp_path):
+    model = small_classifier(key_dim=8, hidden_units=4, pooling="cls")
+    ids = token_batch(rng, [5, 2], 5)
+    path = tmp_path / "classifier.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.get_config() == model.get_config()
+    np.testing.assert_allclose(to_numpy(loaded(ids)), to_numpy(model(ids)), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "argument"),
+    [({"pooling": "max"}, "pooling"), ({"num_classes": 1}, "num_classes")],
+)
+def test_bad_arguments_are_named(overrides, argument):
+    with pytest.raises(ValueError, match=argument):
+        small_classifier(**overrides)
+
+
+def test_padding_mask_of_the_wrong_shape_is_rejected(rng):
+    model = small_classifier()
+    with pytest.raises(ValueError, match="padding_mask"):
+        model(token_batch(rng, [3], 4), padding_mask=np.ones((1, 5), bool))

@@ -1,0 +1,47 @@
+"""Smoke tests of the benchmark harness: shrunk configs, ours only, one step each.
+
+They check that the scripts run and write the JSON they promise, never how fast anything is.
+"""
+
+import json
+
+from benchmarks import decoding, train_step
+
+ONE_STEP = ["--tiny", "--steps", "1", "--warmup", "0", "--only", "ours"]
+
+
+def test_train_step_writes_timings_for_ours(tmp_path):
+    path = tmp_path / "train_step.json"
+    train_step.main([*ONE_STEP, "--precision", "fp32", "--json", str(path)])
+
+    report = json.loads(path.read_text())
+    assert {"meta", "configs", "matmul", "results", "skipped"} <= set(report)
+    assert report["matmul"]["peak_gflops"]["fp32"] > 0
+    assert {"flops_per_step", "params_nonembedding", "tokens_per_step"} <= set(
+        report["configs"]["A"]
+    )
+    timed = {row["config"] for row in report["results"]}
+    skipped = {skip["config"] for skip in report["skipped"]}
+    assert "A" in timed and timed | skipped == {"A", "B"}
+    for row in report["results"]:
+        assert row["implementation"] == "ours" and row["precision"] == "fp32"
+        assert row["median_ms"] > 0 and row["tokens_per_s"] > 0 and row["gflops"] > 0
+        assert row["fraction_of_peak"] > 0
+        assert row["ratio_to_best_peer"] is None  # no peers were run
+
+
+def test_decoding_writes_timings_for_ours(tmp_path):
+    path = tmp_path / "decoding.json"
+    decoding.main([*ONE_STEP, "--batches", "1,2", "--json", str(path)])
+
+    report = json.loads(path.read_text())
+    assert {"meta", "results", "ratios", "skipped"} <= set(report)
+    timed = {(row["implementation"], row["batch"], row["search"]) for row in report["results"]}
+    assert timed == {
+        (name, batch, search)
+        for name in (decoding.CACHED, decoding.RECOMPUTE)
+        for batch in (1, 2)
+        for search in ("greedy", "beam")
+    }
+    assert all(row["median_ms"] > 0 for row in report["results"])
+    assert all(ratio["recompute_over_cached"] > 0 for ratio in report["ratios"])

@@ -1,0 +1,134 @@
+"""Training a classifier end to end on a synthetic sentiment task, from the library and the CLI."""
+
+import csv
+
+import numpy as np
+import pytest
+
+from mintransformer import cli
+from mintransformer.classification import Classifier
+from mintransformer.data.labelled import split_validation
+from mintransformer.run import ClassificationConfig, RunDirectory
+from mintransformer.training.classification import build_model, train_classification
+
+NEUTRAL = ["the", "a", "film", "movie", "plot", "actor", "story", "scene", "it", "was", "and"]
+POSITIVE = ["great", "wonderful", "superb", "moving"]
+NEGATIVE = ["awful", "boring", "dreadful", "clumsy"]
+TINY = dict(
+    num_layers=1,
+    d_model=32,
+    num_heads=2,
+    dff=64,
+    dropout_rate=0.0,
+    vocab_size=200,
+    max_length=32,
+    epochs=6,
+    max_tokens=1024,
+    warmup_steps=20,
+    peak_learning_rate=3e-3,
+)
+
+
+def synthetic_reviews(count: int, seed: int) -> list[tuple[str, str]]:
+    """Neutral words with one or two sentiment words; the label is their polarity."""
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for _ in range(count):
+        label = rng.integers(2)
+        words = list(rng.choice(NEUTRAL, size=rng.integers(4, 20)))
+        for _ in range(rng.integers(1, 3)):
+            position = rng.integers(len(words) + 1)
+            words.insert(position, rng.choice(POSITIVE if label else NEGATIVE))
+        pairs.append((" ".join(words), "pos" if label else "neg"))
+    return pairs
+
+
+def write_csv(path, pairs):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows(pairs)
+
+
+def test_training_learns_what_an_untrained_model_cannot(tmp_path):
+    train, val = split_validation(synthetic_reviews(600, seed=0), 0.1, seed=0)
+    test = synthetic_reviews(200, seed=1)
+    config = ClassificationConfig(labels=["neg", "pos"], **TINY)
+    run = RunDirectory.create(tmp_path / "run", config)
+    model, tokenizer = train_classification(run, {"train": train, "val": val}, verbose=0)
+    texts = [text for text, _ in test]
+    labels = np.array([label == "pos" for _, label in test])
+
+    trained = Classifier(model, tokenizer, config).probabilities(texts).argmax(-1)
+    untrained = Classifier(build_model(config, tokenizer.vocab_size), tokenizer, config)
+    untrained_accuracy = (untrained.probabilities(texts).argmax(-1) == labels).mean()
+    assert (trained == labels).mean() >= 0.95
+    assert untrained_accuracy <= 0.75
+    reloaded = Classifier.from_run(run.path).probabilities(texts).argmax(-1)
+    np.testing.assert_array_equal(reloaded, trained)
+
+
+def run_cli(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def csv_data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("reviews")
+    write_csv(folder / "train.csv", synthetic_reviews(500, seed=2))
+    write_csv(folder / "test.csv", synthetic_reviews(100, seed=3))
+    return folder
+
+
+def tiny_flags():
+    names = {"num_layers": "layers", "num_heads": "heads", "dropout_rate": "dropout"}
+    names |= {"warmup_steps": "warmup", "peak_learning_rate": "lr"}
+    flags = []
+    for field, value in TINY.items():
+        flags += [f"--{names.get(field, field).replace('_', '-')}", value]
+    return flags
+
+
+def test_cli_trains_classifies_and_evaluates(capsys, monkeypatch, tmp_path, csv_data):
+    run = tmp_path / "run"
+    code, out, err = run_cli(
+        capsys,
+        "train",
+        "classification",
+        "--run",
+        run,
+        "--train",
+        csv_data / "train.csv",
+        "--test",
+        csv_data / "test.csv",
+        "--verbose",
+        0,
+        *tiny_flags(),
+    )
+    assert code == 0, err
+    assert "classes ['neg', 'pos']" in out and "test: accuracy" in out
+
+    code, out, _ = run_cli(capsys, "classify", "--run", run, "a superb film", "", "boring plot")
+    labels = [line.split("\t") for line in out.splitlines()]
+    assert code == 0 and [label for label, _ in labels][0::2] == ["pos", "neg"]
+    assert len(labels) == 3 and all(0.0 <= float(p) <= 1.0 for _, p in labels)
+    (tmp_path / "in.txt").write_text("a superb film\n\nboring plot\n")
+    with open(tmp_path / "in.txt") as stdin:
+        monkeypatch.setattr("sys.stdin", stdin)
+        _, from_stdin, _ = run_cli(capsys, "classify", "--run", run)
+    assert from_stdin == out
+
+    code, out, _ = run_cli(capsys, "evaluate", "--run", run, "--data", csv_data / "test.csv")
+    assert code == 0 and float(out.split("%")[0].split()[-1]) >= 90.0
+
+
+def test_cli_refuses_bad_labels_and_keeps_no_run(capsys, tmp_path, csv_data):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok", "label": 1}\n{"text": "hm", "label": [1]}\n')
+    code, _, err = run_cli(
+        capsys, "train", "classification", "--run", tmp_path / "r", "--train", bad
+    )
+    assert code == 2 and "bad.jsonl, line 2: label" in err
+    assert not (tmp_path / "r").exists()
