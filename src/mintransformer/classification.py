@@ -82,8 +82,13 @@ class Classifier:
 
     def evaluate(self, path: str | Path, progress: bool = False) -> Accuracy:
         """Accuracy on a labelled file or folder (any format `read_labelled` reads)."""
-        pairs = read_labelled(path)
-        expected = self.labels.ids([label for _, label in pairs], str(path))
+        return self.accuracy(read_labelled(path), str(path), progress)
+
+    def accuracy(
+        self, pairs: Sequence[tuple[str, str]], source: str = "data", progress: bool = False
+    ) -> Accuracy:
+        """Accuracy on `(text, label)` pairs; `source` names them in errors."""
+        expected = self.labels.ids([label for _, label in pairs], source)
         predicted = self.probabilities([text for text, _ in pairs], progress=progress)
         correct = int((predicted.argmax(axis=-1) == expected).sum())
         return Accuracy(correct / len(pairs), correct, len(pairs))

@@ -119,6 +119,16 @@ def _corpus_spec(args):
     return corpora.numbers_spec(num_train=args.num_train)
 
 
+def _resumed_run(path, config_class):
+    """The run directory to `--resume` and its config; exits if there is none."""
+    from mintransformer.run import RunDirectory
+
+    run = RunDirectory(path)
+    if not run.config_path.is_file():
+        raise SystemExit(f"error: nothing to resume: {run.config_path} does not exist")
+    return run, run.config(config_class)
+
+
 def train_translation_command(args) -> None:
     from mintransformer.data.corpora import load_corpus
     from mintransformer.run import RunDirectory, TranslationConfig
@@ -126,10 +136,7 @@ def train_translation_command(args) -> None:
 
     start = time.perf_counter()
     if args.resume:
-        run = RunDirectory(args.run)
-        if not run.config_path.is_file():
-            raise SystemExit(f"error: nothing to resume: {run.config_path} does not exist")
-        config = run.config(TranslationConfig)
+        run, config = _resumed_run(args.run, TranslationConfig)
     else:
         settings = {**PRESETS[args.preset], **_model_overrides(args)}
         config = TranslationConfig(data=_corpus_spec(args), mixed_precision=args.bf16, **settings)
@@ -174,10 +181,7 @@ def train_classification_command(args) -> None:
 
     start = time.perf_counter()
     if args.resume:
-        run = RunDirectory(args.run)
-        if not run.config_path.is_file():
-            raise SystemExit(f"error: nothing to resume: {run.config_path} does not exist")
-        config = run.config(ClassificationConfig)
+        run, config = _resumed_run(args.run, ClassificationConfig)
         splits = _classification_splits(config)
     else:
         if args.train is None:
@@ -197,13 +201,14 @@ def train_classification_command(args) -> None:
         f"data: {', '.join(f'{k} {len(v):,} texts' for k, v in splits.items())}; "
         f"classes {config.labels}"
     )
-    train_classification(run, splits, resume=args.resume, verbose=args.verbose)
+    model, tokenizer = train_classification(run, splits, resume=args.resume, verbose=args.verbose)
     print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {run.path}")
     if "test" in splits:
         from mintransformer.classification import Classifier
 
         score_start = time.perf_counter()
-        accuracy = Classifier.from_run(run.path).evaluate(config.data["test"], progress=True)
+        classifier = Classifier(model, tokenizer, config)
+        accuracy = classifier.accuracy(splits["test"], config.data["test"], progress=True)
         print(f"test: {accuracy}  [{time.perf_counter() - score_start:.0f} s]")
 
 
@@ -223,10 +228,7 @@ def train_lm_command(args) -> None:
 
     start = time.perf_counter()
     if args.resume:
-        run = RunDirectory(args.run)
-        if not run.config_path.is_file():
-            raise SystemExit(f"error: nothing to resume: {run.config_path} does not exist")
-        config = run.config(LanguageModelConfig)
+        run, config = _resumed_run(args.run, LanguageModelConfig)
     else:
         if args.text is None:
             raise ValueError("--text FILE is required: the text file to train on")

@@ -159,7 +159,60 @@ def distinct_shapes_first(
     raise AssertionError("unreachable: no pair of batches with distinct widths")
 
 
-class TranslationBatches(keras.utils.PyDataset):
+class _LengthBuckets(keras.utils.PyDataset):
+    """What the batch datasets share: length buckets under a padded-token budget, re-drawn
+    every epoch with the seed ``seed + epoch``.
+
+    A subclass sets `_lengths` (one per example) and the settings below, defines
+    `_widths(batch)` (the longest length of each input of a batch), then calls `_draw_first()`.
+    """
+
+    _lengths: list[int]
+    max_tokens: int
+    max_batch_size: int | None
+    shuffle: bool
+    seed: int
+    pad_multiple: int
+
+    def _widths(self, batch: list[int]) -> list[int]:
+        raise NotImplementedError
+
+    def _make_batches(self) -> list[list[int]]:
+        batches = batch_by_length(
+            self._lengths,
+            max_tokens=self.max_tokens,
+            max_batch_size=self.max_batch_size,
+            shuffle=self.shuffle,
+            seed=self.seed + self.epoch,
+            pad_multiple=self.pad_multiple,
+        )
+        widths = [self._widths(batch) for batch in batches]
+        return distinct_shapes_first(batches, widths, self.pad_multiple)
+
+    def _draw_first(self) -> None:
+        self.epoch = 0
+        self._batches = self._make_batches()
+
+    def _batch(self, index: int) -> list[int]:
+        if not 0 <= index < len(self._batches):
+            raise IndexError(f"batch index {index} out of range for {len(self)} batches")
+        return self._batches[index]
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draws the batches of `epoch` (seed ``seed + epoch``), e.g. when resuming training."""
+        self.epoch = epoch
+        if self.shuffle:
+            self._batches = self._make_batches()
+
+    def on_epoch_end(self) -> None:
+        """Moves to the next epoch and re-draws the batches with its seed."""
+        self.set_epoch(self.epoch + 1)
+
+
+class TranslationBatches(_LengthBuckets):
     """Batches of ((encoder_input, decoder_input), labels) numpy int32 arrays for model.fit.
 
     Batches hold sentence pairs of similar length under a padded-token budget, and are
@@ -246,26 +299,13 @@ class TranslationBatches(keras.utils.PyDataset):
         self.shuffle = shuffle
         self.seed = seed
         self.pad_multiple = pad_multiple
-        self.epoch = 0
-        self._batches = self._make_batches()
+        self._draw_first()
 
-    def _make_batches(self) -> list[list[int]]:
-        batches = batch_by_length(
-            self._lengths,
-            max_tokens=self.max_tokens,
-            max_batch_size=self.max_batch_size,
-            shuffle=self.shuffle,
-            seed=self.seed + self.epoch,
-            pad_multiple=self.pad_multiple,
-        )
-        widths = [
-            [
-                max(len(self._encoder_inputs[i]) for i in batch),
-                max(len(self._decoder_inputs[i]) for i in batch),
-            ]
-            for batch in batches
+    def _widths(self, batch: list[int]) -> list[int]:
+        return [
+            max(len(self._encoder_inputs[i]) for i in batch),
+            max(len(self._decoder_inputs[i]) for i in batch),
         ]
-        return distinct_shapes_first(batches, widths, self.pad_multiple)
 
     @property
     def num_examples(self) -> int:
@@ -276,13 +316,8 @@ class TranslationBatches(keras.utils.PyDataset):
         """Example indices (into the kept pairs) of batch `index` of the current epoch."""
         return list(self._batches[index])
 
-    def __len__(self) -> int:
-        return len(self._batches)
-
     def __getitem__(self, index: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
-        if not 0 <= index < len(self._batches):
-            raise IndexError(f"batch index {index} out of range for {len(self)} batches")
-        indices = self._batches[index]
+        indices = self._batch(index)
 
         def pad(sequences: list[list[int]]) -> np.ndarray:
             return pad_batch(
@@ -291,18 +326,8 @@ class TranslationBatches(keras.utils.PyDataset):
 
         return (pad(self._encoder_inputs), pad(self._decoder_inputs)), pad(self._labels)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Draws the batches of `epoch` (seed ``seed + epoch``), e.g. when resuming training."""
-        self.epoch = epoch
-        if self.shuffle:
-            self._batches = self._make_batches()
 
-    def on_epoch_end(self) -> None:
-        """Moves to the next epoch and re-draws the batches with its seed."""
-        self.set_epoch(self.epoch + 1)
-
-
-class ClassificationBatches(keras.utils.PyDataset):
+class ClassificationBatches(_LengthBuckets):
     """Batches of (token_ids, labels) numpy int32 arrays for model.fit, bucketed by length.
 
     Like `TranslationBatches`: similar lengths under a padded-token budget, re-drawn each
@@ -331,6 +356,7 @@ class ClassificationBatches(keras.utils.PyDataset):
         if not token_ids:
             raise ValueError("no examples to batch")
         self._token_ids = [list(ids) for ids in token_ids]
+        self._lengths = [len(ids) for ids in self._token_ids]
         self._labels = np.asarray(labels, "int32")
         self.pad_id = pad_id
         self.max_tokens = max_tokens
@@ -338,38 +364,14 @@ class ClassificationBatches(keras.utils.PyDataset):
         self.shuffle = shuffle
         self.seed = seed
         self.pad_multiple = pad_multiple
-        self.epoch = 0
-        self._batches = self._make_batches()
+        self._draw_first()
 
-    def _make_batches(self) -> list[list[int]]:
-        batches = batch_by_length(
-            [len(ids) for ids in self._token_ids],
-            max_tokens=self.max_tokens,
-            max_batch_size=self.max_batch_size,
-            shuffle=self.shuffle,
-            seed=self.seed + self.epoch,
-            pad_multiple=self.pad_multiple,
-        )
-        widths = [[max(len(self._token_ids[i]) for i in batch)] for batch in batches]
-        return distinct_shapes_first(batches, widths, self.pad_multiple)
-
-    def __len__(self) -> int:
-        return len(self._batches)
+    def _widths(self, batch: list[int]) -> list[int]:
+        return [max(self._lengths[i] for i in batch)]
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        if not 0 <= index < len(self._batches):
-            raise IndexError(f"batch index {index} out of range for {len(self)} batches")
-        indices = self._batches[index]
+        indices = self._batch(index)
         token_ids = pad_batch(
             [self._token_ids[i] for i in indices], pad_id=self.pad_id, multiple=self.pad_multiple
         )
         return token_ids, self._labels[indices]
-
-    def set_epoch(self, epoch: int) -> None:
-        """Draws the batches of `epoch` (seed ``seed + epoch``), e.g. when resuming training."""
-        self.epoch = epoch
-        if self.shuffle:
-            self._batches = self._make_batches()
-
-    def on_epoch_end(self) -> None:
-        self.set_epoch(self.epoch + 1)

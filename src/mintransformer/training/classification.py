@@ -20,8 +20,7 @@ from mintransformer.models.classifier import TextClassifier
 from mintransformer.run import ClassificationConfig, RunDirectory
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import checkpoints
-from mintransformer.training.schedule import CustomSchedule
-from mintransformer.training.translation import fit_run, model_variables
+from mintransformer.training.translation import fit_run, model_variables, noam_adam
 
 
 def build_model(config: ClassificationConfig, vocab_size: int) -> TextClassifier:
@@ -67,14 +66,9 @@ def make_batches(tokenizer, pairs, labels: LabelSet, config, shuffle: bool, sour
 
 
 def compile_for_training(model, config: ClassificationConfig, steps_per_epoch: int) -> None:
-    """Noam schedule to `config.peak_learning_rate`, Adam(0.9, 0.98, 1e-9), cross-entropy."""
-    schedule = CustomSchedule.for_peak(
-        config.d_model,
-        min(config.warmup_steps, config.epochs * steps_per_epoch),
-        config.peak_learning_rate,
-    )
+    """`noam_adam` with cross-entropy and accuracy."""
     model.compile(
-        optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+        optimizer=noam_adam(config, steps_per_epoch),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )

@@ -106,15 +106,21 @@ def make_batches(tokenizer, pairs, config: TranslationConfig, shuffle: bool):
     )
 
 
-def compile_for_training(model, config: RunConfig, steps_per_epoch: int) -> None:
-    """Noam schedule to `config.peak_learning_rate`, Adam(0.9, 0.98, 1e-9), masked loss."""
+def noam_adam(config, steps_per_epoch: int) -> keras.optimizers.Adam:
+    """The paper's optimizer: Adam(0.9, 0.98, 1e-9) on a Noam schedule peaking at
+    `config.peak_learning_rate` after `config.warmup_steps` (at most the whole run)."""
     schedule = CustomSchedule.for_peak(
         config.d_model,
         min(config.warmup_steps, config.epochs * steps_per_epoch),
         config.peak_learning_rate,
     )
+    return keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+
+
+def compile_for_training(model, config: RunConfig, steps_per_epoch: int) -> None:
+    """`noam_adam` with the label-smoothed masked loss and masked accuracy."""
     model.compile(
-        optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+        optimizer=noam_adam(config, steps_per_epoch),
         loss=MaskedLoss(config.label_smoothing, pad_id=Tokenizer.pad_id),
         metrics=[MaskedAccuracy(pad_id=Tokenizer.pad_id)],
     )
