@@ -4,12 +4,14 @@
     python -m benchmarks.decoding --batches 1 --searches greedy       # this process's backend
 
 Three implementations, each timed on greedy search and beam search (4 beams) at batch
-1 and 32 (`greedy_search` / `beam_search` drive all three, so only the model steps differ):
+1 and 32 (`greedy_search` / `beam_search` drive all three):
 
 - ours cached: `CachedSteps` (key/value cache, encoder and cross-attention keys/values
-  once per source, each step compiled with `compile_inference`);
+  once per source). Its greedy search is one compiled call, the token loop included
+  (`CachedSteps.greedy`, with XLA on TensorFlow); its beam search calls a step compiled
+  with `compile_inference` once per token, as the others do for both searches;
 - ours recompute: `FullRecomputeSteps`, re-running the whole model on the prefix at every
-  step, as the course material does;
+  step, as the course material does (the model call compiled, as for ours cached);
 - keras-hub cached: keras-hub's `TransformerDecoder` self- and cross-attention caches
   (`peers_keras_hub.KerasHubCachedSteps`), its steps compiled the same way as ours.
 

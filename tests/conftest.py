@@ -81,3 +81,26 @@ def trained_run(tmp_path_factory):
         max_length=24,
         average_last=1,
     )[1]
+
+
+def randomize_weights(model, seed: int = 0, block_scale: float = 1.0, embedding_scale: float = 0.3):
+    """Draws every weight matrix of `model` from N(0, scale) and returns the model.
+
+    Larger weights than the initializer's make a random model's next-token choice
+    decisive; blocks stronger than the embeddings keep greedy decoding from copying
+    its last token.
+    """
+    rng = np.random.default_rng(seed)
+    for variable in model.trainable_variables:
+        if len(variable.shape) == 2:
+            scale = embedding_scale if "embedding" in variable.path else block_scale
+            variable.assign(rng.normal(0, scale, size=variable.shape).astype("float32"))
+    return model
+
+
+def padded_sources() -> np.ndarray:
+    """Five random source rows of ids 3..39, two of them padded (int32 `(5, 9)`)."""
+    sources = np.random.default_rng(1).integers(3, 40, size=(5, 9)).astype("int32")
+    sources[1, 5:] = 0
+    sources[3, 2:] = 0
+    return sources

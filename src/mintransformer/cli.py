@@ -104,6 +104,9 @@ MODEL_FLAGS = {
     "label_smoothing": "label_smoothing",
     "truncation": "truncation",
     "pooling": "pooling",
+    "ngram_buckets": "ngram_buckets",
+    "ngram_dropout": "ngram_dropout",
+    "schedule": "schedule",
 }
 
 
@@ -466,7 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
     options = classification.add_argument_group("model and training (override the preset)")
     options.add_argument("--truncation", choices=["head", "tail", "head_tail"])
     options.add_argument("--pooling", choices=["mean", "cls"])
-    _add_model_flags(options)
+    options.add_argument("--schedule", choices=["noam", "linear"], help="learning-rate decay")
+    _add_model_flags(options, extra=[("ngram_buckets", int), ("ngram_dropout", float)])
     classification.add_argument("--bf16", action="store_true", help="bf16 mixed precision")
     classification.add_argument("--resume", action="store_true", help="continue a run")
     classification.add_argument("--overwrite", action="store_true", help="replace a run")

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from mintransformer.layers import validation
 from mintransformer.training.checkpoints import atomic_write
+from mintransformer.training.schedule import SCHEDULES
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
@@ -125,7 +127,9 @@ class LanguageModelConfig(_Config):
 class ClassificationConfig(_Config):
     """Model and training settings of a text-classification run (saved as config.json).
 
-    `labels` are the class names in id order, fixed from the training data.
+    `labels` are the class names in id order, fixed from the training data;
+    `ngram_buckets` > 0 adds a hashed bigram embedding to each token's, and
+    `schedule` is "noam" or "linear" (`training.schedule.warmup_schedule`).
     """
 
     task: ClassVar[str] = "classification"
@@ -138,6 +142,8 @@ class ClassificationConfig(_Config):
     dropout_rate: float = 0.1
     pooling: str = "mean"
     hidden_units: int = 0
+    ngram_buckets: int = 0
+    ngram_dropout: float = 0.0
     max_length: int = 512
     truncation: str = "head_tail"
     labels: list = field(default_factory=list)
@@ -151,9 +157,13 @@ class ClassificationConfig(_Config):
     max_batch_size: int | None = None
     warmup_steps: int = 200
     peak_learning_rate: float = 1e-3
+    schedule: str = "noam"
     average_last: int = 1
     seed: int = 0
     mixed_precision: bool = False
+
+    def __post_init__(self):
+        validation.one_of(self.schedule, SCHEDULES, "schedule")
 
 
 RunConfig = TranslationConfig | LanguageModelConfig | ClassificationConfig

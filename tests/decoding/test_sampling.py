@@ -6,6 +6,7 @@ import pytest
 
 from mintransformer import LanguageModel
 from mintransformer.decoding.sampling import filter_logits, generate, next_tokens
+from tests.conftest import randomize_weights
 
 PROMPTS = [[5, 6, 7], [9], [11, 12, 13, 14, 15, 16]]
 
@@ -13,14 +14,7 @@ PROMPTS = [[5, 6, 7], [9], [11, 12, 13, 14, 15, 16]]
 def random_lm(seed=1):
     model = LanguageModel(2, 32, 4, 64, 40, 32, dropout_rate=0.0)
     model(np.ones((1, 4), "int32"))
-    rng = np.random.default_rng(seed)
-    # Larger weights than the initializer's make the next-token choice decisive; blocks
-    # stronger than the (tied) embedding keep greedy decoding from copying its last token.
-    for variable in model.trainable_variables:
-        if len(variable.shape) == 2:
-            scale = 0.3 if "embedding" in variable.path else 1.0
-            variable.assign(rng.normal(0, scale, size=variable.shape).astype("float32"))
-    return model
+    return randomize_weights(model, seed)
 
 
 @pytest.fixture(scope="module")

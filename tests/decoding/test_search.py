@@ -5,6 +5,7 @@ from mintransformer import Transformer
 from mintransformer.decoding.beam import beam_search, length_penalty, top_candidates
 from mintransformer.decoding.greedy import greedy_search
 from mintransformer.decoding.steps import CachedSteps, FullRecomputeSteps
+from tests.conftest import padded_sources, randomize_weights
 
 START, END = 1, 2
 
@@ -60,21 +61,12 @@ def test_length_penalty_is_gnmt():
 def random_model(seed=0):
     model = Transformer(2, 32, 4, 64, 40, 40, 32, 32, dropout_rate=0.0)
     model((np.ones((1, 4), "int32"), np.ones((1, 4), "int32")))
-    rng = np.random.default_rng(seed)
-    # Larger weights than the initializer's make the next-token choice decisive.
-    for variable in model.trainable_variables:
-        if len(variable.shape) == 2:
-            variable.assign(rng.normal(0, 0.3, size=variable.shape).astype("float32"))
-    return model
+    return randomize_weights(model, seed, block_scale=0.3)
 
 
 @pytest.fixture(scope="module")
 def model_and_sources():
-    rng = np.random.default_rng(1)
-    sources = rng.integers(3, 40, size=(5, 9)).astype("int32")
-    sources[1, 5:] = 0
-    sources[3, 2:] = 0
-    return random_model(), sources
+    return random_model(), padded_sources()
 
 
 @pytest.mark.core

@@ -30,9 +30,9 @@ def test_logits_shape_and_dtype(rng):
     assert keras.backend.standardize_dtype(logits.dtype) == "float32"
 
 
-@pytest.mark.parametrize("pooling", ["mean", "cls"])
-def test_padding_does_not_change_the_prediction(rng, pooling):
-    model = small_classifier(pooling=pooling)
+@pytest.mark.parametrize(("pooling", "ngram_buckets"), [("mean", 0), ("cls", 0), ("mean", 31)])
+def test_padding_does_not_change_the_prediction(rng, pooling, ngram_buckets):
+    model = small_classifier(pooling=pooling, ngram_buckets=ngram_buckets)
     ids = token_batch(rng, [4, 7], 8)
     padded = np.concatenate([ids, np.zeros((2, 9), "int32")], axis=1)
     np.testing.assert_allclose(to_numpy(model(padded)), to_numpy(model(ids)), rtol=1e-5, atol=1e-5)
@@ -63,13 +63,17 @@ def test_one_token_inputs_give_finite_probabilities():
     assert np.isfinite(logits).all()
 
 
-def test_saved_model_gives_identical_outputs(rng, tmp_path):
-    model = small_classifier(key_dim=8, hidden_units=4, pooling="cls")
+@pytest.mark.parametrize("ngram_buckets", [0, 31])
+def test_saved_model_gives_identical_outputs(rng, tmp_path, ngram_buckets):
+    model = small_classifier(
+        key_dim=8, hidden_units=4, pooling="cls", ngram_buckets=ngram_buckets, ngram_dropout=0.2
+    )
     ids = token_batch(rng, [5, 2], 5)
     path = tmp_path / "classifier.keras"
     model.save(path)
     loaded = keras.saving.load_model(path)
     assert loaded.get_config() == model.get_config()
+    assert len(loaded.weights) == len(model.weights)
     np.testing.assert_allclose(to_numpy(loaded(ids)), to_numpy(model(ids)), rtol=1e-6)
 
 

@@ -1,6 +1,7 @@
 """Training a classifier end to end on a synthetic sentiment task, from the library and the CLI."""
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -132,3 +133,33 @@ def test_cli_refuses_bad_labels_and_keeps_no_run(capsys, tmp_path, csv_data):
     )
     assert code == 2 and "bad.jsonl, line 2: label" in err
     assert not (tmp_path / "r").exists()
+
+
+def test_configs_written_before_bigrams_and_schedules_still_load():
+    config = ClassificationConfig(labels=["neg", "pos"], **TINY)
+    old = json.loads(config.to_json())
+    for key in ("ngram_buckets", "ngram_dropout", "schedule"):
+        del old[key]
+    loaded = ClassificationConfig.from_json(json.dumps(old))
+    assert loaded == config
+    assert (loaded.ngram_buckets, loaded.ngram_dropout, loaded.schedule) == (0, 0.0, "noam")
+
+
+def test_an_unknown_schedule_is_refused():
+    with pytest.raises(ValueError, match="`schedule` must be one of"):
+        ClassificationConfig(schedule="cosine")
+    text = ClassificationConfig().to_json().replace('"noam"', '"cosine"')
+    with pytest.raises(ValueError, match="schedule"):
+        ClassificationConfig.from_json(text)
+
+
+def test_bigram_and_schedule_flags_reach_the_config_and_the_model():
+    argv = ["train", "classification", "--run", "r", "--ngram-buckets", "64"]
+    args = cli.build_parser().parse_args([*argv, "--ngram-dropout", "0.3", "--schedule", "linear"])
+    overrides = cli._model_overrides(args)
+    assert overrides == {"ngram_buckets": 64, "ngram_dropout": 0.3, "schedule": "linear"}
+    config = ClassificationConfig(labels=["neg", "pos"], **{**TINY, **overrides})
+    embedding = build_model(config, vocab_size=200).encoder.embedding
+    assert (embedding.ngram_buckets, embedding.ngram_dropout) == (64, 0.3)
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args([*argv, "--schedule", "cosine"])

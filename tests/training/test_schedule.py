@@ -2,8 +2,12 @@ import keras
 import numpy as np
 import pytest
 
-from mintransformer.training.schedule import CustomSchedule
+from mintransformer.run import ClassificationConfig, TranslationConfig
+from mintransformer.training.schedule import CustomSchedule, LinearWarmupDecay
+from mintransformer.training.translation import warmup_adam
 from tests.conftest import to_numpy
+
+pytestmark = pytest.mark.core
 
 
 def noam(step, d_model, warmup):
@@ -37,3 +41,55 @@ def test_serializes_with_keras():
 def test_bad_arguments(args, argument):
     with pytest.raises(ValueError, match=argument):
         CustomSchedule(*args)
+
+
+def linear(step, peak, warmup, total):
+    step = step + 1
+    return peak * min(step / warmup, max(0.0, (total - step) / (total - warmup)))
+
+
+def test_linear_schedule_follows_its_formula_and_ends_at_zero():
+    schedule = LinearWarmupDecay(2e-3, warmup_steps=10, total_steps=50)
+    for step in (0, 4, 9, 10, 30, 48):
+        expected = linear(step, 2e-3, 10, 50)
+        assert float(to_numpy(schedule(step))) == pytest.approx(expected, rel=1e-5)
+    assert float(to_numpy(schedule(9))) == pytest.approx(2e-3, rel=1e-6)
+    for step in (49, 50, 500):
+        assert float(to_numpy(schedule(step))) == 0.0
+
+
+def test_linear_schedule_serializes_with_keras():
+    schedule = LinearWarmupDecay(1e-3, 7, 40)
+    clone = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    assert isinstance(clone, LinearWarmupDecay) and clone.get_config() == schedule.get_config()
+    np.testing.assert_allclose(to_numpy(clone(21)), to_numpy(schedule(21)))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((0.0, 10, 100), "peak"),
+        ((1e-3, 0, 100), "warmup_steps"),
+        ((1e-3, 100, 100), "less than `total_steps`"),
+        ((1e-3, 1, 1), "total_steps"),
+    ],
+)
+def test_bad_linear_arguments(args, message):
+    with pytest.raises(ValueError, match=message):
+        LinearWarmupDecay(*args)
+
+
+def optimizer_schedule(config, steps_per_epoch):
+    config = warmup_adam(config, steps_per_epoch).get_config()["learning_rate"]
+    return keras.optimizers.schedules.deserialize(config)
+
+
+def test_the_optimizer_uses_the_configs_schedule_fitted_to_the_run():
+    noam = optimizer_schedule(TranslationConfig(warmup_steps=600, epochs=2), steps_per_epoch=100)
+    assert isinstance(noam, CustomSchedule) and noam.warmup_steps == 200
+    config = ClassificationConfig(schedule="linear", warmup_steps=30, epochs=2)
+    schedule = optimizer_schedule(config, steps_per_epoch=50)
+    assert isinstance(schedule, LinearWarmupDecay)
+    assert (schedule.peak, schedule.warmup_steps, schedule.total_steps) == (1e-3, 30, 100)
+    short = optimizer_schedule(config, steps_per_epoch=10)
+    assert (short.warmup_steps, short.total_steps) == (19, 20)

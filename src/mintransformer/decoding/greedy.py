@@ -1,8 +1,15 @@
-"""Greedy decoding: at each position take the most probable next token."""
+"""Greedy decoding: at each position take the most probable next token.
+
+With `CachedSteps` the whole decode is one compiled call (`CachedSteps.greedy`);
+any other steps object (`FullRecomputeSteps`, the reference) is driven here by a
+Python loop, one `step` per token.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+
+from mintransformer.decoding.steps import CachedSteps
 
 
 def greedy_search(steps, source_ids, *, start_id: int, end_id: int, max_length: int):
@@ -17,6 +24,9 @@ def greedy_search(steps, source_ids, *, start_id: int, end_id: int, max_length: 
     Returns:
         list of `batch` token-id lists, without <s> and </s>.
     """
+    if isinstance(steps, CachedSteps):
+        tokens, lengths = steps.greedy(source_ids, start_id, end_id, max_length)
+        return [row[:length].tolist() for row, length in zip(tokens, lengths, strict=True)]
     state = steps.start(source_ids)
     batch = len(source_ids)
     tokens = np.full(batch, start_id, "int32")

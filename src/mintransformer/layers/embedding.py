@@ -1,4 +1,10 @@
-"""Token embedding scaled by sqrt(d_model), plus positions, plus dropout (paper 3.4, 3.5)."""
+"""Token embedding scaled by sqrt(d_model), plus positions, plus dropout (paper 3.4, 3.5).
+
+Optionally each token's embedding also gets a hashed bigram embedding, the vector
+of (previous token, token) looked up in `ngram_buckets` rows: fastText-style
+n-gram features, which let a shallow classifier see word pairs ("not good")
+directly.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +17,29 @@ from mintransformer.layers import validation
 from mintransformer.layers.positional import LearnedPositionalEmbedding, PositionalEncoding
 
 POSITION_KINDS = {"sinusoidal": PositionalEncoding, "learned": LearnedPositionalEmbedding}
+# The bigram hash `previous * vocab_size + token` reaches vocab_size**2 - 1: it must fit in int32.
+MAX_NGRAM_VOCAB_SIZE = math.isqrt(2**31 - 1)
+
+
+def bigram_ids(token_ids, vocab_size: int, ngram_buckets: int):
+    """Hashed (previous token, token) ids: `(previous * vocab_size + token) % ngram_buckets`.
+
+    Args:
+        token_ids: int `(batch, length)`.
+        vocab_size: number of token ids.
+        ngram_buckets: number of hash buckets.
+
+    Returns:
+        int32 `(batch, length)`; the token before position 0 counts as pad id 0.
+    """
+    token_ids = ops.cast(token_ids, "int32")
+    previous = ops.pad(token_ids[:, :-1], ((0, 0), (1, 0)))
+    return ops.mod(previous * vocab_size + token_ids, ngram_buckets)
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
 class TokenAndPositionEmbedding(keras.layers.Layer):
-    """`dropout(embedding(ids) * sqrt(d_model) + positions)`.
+    """`dropout((embedding(ids) + bigram_embedding(ids)) * sqrt(d_model) + positions)`.
 
     Args:
         vocab_size: number of token ids.
@@ -23,10 +47,15 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         max_length: longest sequence the position table covers.
         dropout_rate: dropout on the sum, during training.
         position: "sinusoidal" (the paper) or "learned".
+        ngram_buckets: rows of the hashed bigram embedding (`bigram_ids`); 0 (the
+            default) leaves it out.
+        ngram_dropout: during training, the rate at which whole bigram vectors
+            (all `d_model` features of a position) are dropped.
 
     Call arguments:
         token_ids: int `(batch, length)`.
-        start_index: position of the first token (for cached decoding).
+        start_index: position of the first token (for cached decoding; must be 0
+            with bigrams, which need the previous token).
         training: enables dropout.
 
     Returns:
@@ -34,7 +63,15 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     """
 
     def __init__(
-        self, vocab_size, d_model, max_length, dropout_rate=0.0, position="sinusoidal", **kwargs
+        self,
+        vocab_size,
+        d_model,
+        max_length,
+        dropout_rate=0.0,
+        position="sinusoidal",
+        ngram_buckets=0,
+        ngram_dropout=0.0,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.vocab_size = validation.positive_int(vocab_size, "vocab_size")
@@ -42,6 +79,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.max_length = validation.positive_int(max_length, "max_length")
         self.dropout_rate = validation.dropout_rate(dropout_rate)
         self.position = validation.one_of(position, POSITION_KINDS, "position")
+        self.ngram_buckets = validation.non_negative_int(ngram_buckets, "ngram_buckets")
+        self.ngram_dropout = validation.dropout_rate(ngram_dropout, "ngram_dropout")
+        if ngram_buckets and vocab_size > MAX_NGRAM_VOCAB_SIZE:
+            raise ValueError(
+                f"`vocab_size` {vocab_size} is too large for `ngram_buckets`: the bigram hash "
+                f"`previous * vocab_size + token` would overflow int32; the largest vocabulary "
+                f"allowed is {MAX_NGRAM_VOCAB_SIZE}."
+            )
         self.token_embedding = keras.layers.Embedding(
             vocab_size, d_model, dtype=self.dtype_policy, name="token_embedding"
         )
@@ -49,15 +94,37 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             max_length, d_model, dtype=self.dtype_policy, name="position_embedding"
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        # Created only when used, so that without bigrams the variables are unchanged.
+        self.ngram_embedding = self.ngram_vector_dropout = None
+        if ngram_buckets:
+            self.ngram_embedding = keras.layers.Embedding(
+                ngram_buckets, d_model, dtype=self.dtype_policy, name="ngram_embedding"
+            )
+            self.ngram_vector_dropout = keras.layers.Dropout(
+                self.ngram_dropout, noise_shape=(None, None, 1), dtype=self.dtype_policy
+            )
 
     def build(self, input_shape):
         self.token_embedding.build(input_shape)
+        if self.ngram_embedding is not None:
+            self.ngram_embedding.build(input_shape)
         self.position_embedding.build(tuple(input_shape) + (self.d_model,))
         self.built = True
 
     def call(self, token_ids, start_index=0, training=None):
         validation.rank(token_ids, 2, "token_ids", "(batch, length)")
-        x = self.token_embedding(token_ids) * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
+        x = self.token_embedding(token_ids)
+        if self.ngram_embedding is not None:
+            if not (isinstance(start_index, int) and start_index == 0):
+                raise ValueError(
+                    "bigram embeddings (`ngram_buckets`) need the whole sequence from position 0; "
+                    "cached decoding with `start_index` is not supported."
+                )
+            bigrams = self.ngram_embedding(
+                bigram_ids(token_ids, self.vocab_size, self.ngram_buckets)
+            )
+            x = x + self.ngram_vector_dropout(bigrams, training=training)
+        x = x * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
         x = self.position_embedding(x, start_index=start_index)
         return self.dropout(x, training=training)
 
@@ -78,5 +145,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             max_length=self.max_length,
             dropout_rate=self.dropout_rate,
             position=self.position,
+            ngram_buckets=self.ngram_buckets,
+            ngram_dropout=self.ngram_dropout,
         )
         return config

@@ -249,6 +249,8 @@ class _Stack(keras.layers.Layer):
         position="sinusoidal",
         layer_norm_epsilon=1e-6,
         key_dim=None,
+        ngram_buckets=0,
+        ngram_dropout=0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -271,6 +273,8 @@ class _Stack(keras.layers.Layer):
             max_length,
             dropout_rate,
             position,
+            ngram_buckets=ngram_buckets,
+            ngram_dropout=ngram_dropout,
             dtype=self.dtype_policy,
             name="embedding",
         )
@@ -339,6 +343,8 @@ class _Stack(keras.layers.Layer):
             position=self.position,
             layer_norm_epsilon=self.layer_norm_epsilon,
             key_dim=self.key_dim,
+            ngram_buckets=self.embedding.ngram_buckets,
+            ngram_dropout=self.embedding.ngram_dropout,
         )
         return config
 
@@ -355,6 +361,8 @@ class Encoder(_Stack):
         max_length: longest source sequence (the seeds' `pe_input`).
         pad_id: padding id used to build the padding mask.
         position: "sinusoidal" or "learned".
+        ngram_buckets, ngram_dropout: hashed bigram embedding added to each
+            token's, as `TokenAndPositionEmbedding` (0 buckets: none).
 
     Call arguments:
         token_ids: int `(batch, length)`.

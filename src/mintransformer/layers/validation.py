@@ -12,6 +12,13 @@ def positive_int(value, name: str) -> int:
     return value
 
 
+def non_negative_int(value, name: str) -> int:
+    """Returns `value` if it is an int >= 0, else raises ValueError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"`{name}` must be a non-negative integer, got {value!r}.")
+    return value
+
+
 def dropout_rate(value, name: str = "dropout_rate") -> float:
     """Returns `value` if it is a number in [0, 1), else raises ValueError naming `name`."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:

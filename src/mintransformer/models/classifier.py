@@ -33,6 +33,9 @@ class TextClassifier(keras.Model):
         pooling: "mean" over real tokens, or "cls" (the first token's vector).
         hidden_units: width of a ReLU layer before the output (0: none).
         activation, norm_first, position, key_dim: as `Encoder`.
+        ngram_buckets: rows of a hashed bigram embedding added to each token's
+            (fastText-style word-pair features; 0: none).
+        ngram_dropout: rate at which whole bigram vectors are dropped in training.
 
     Call arguments:
         token_ids: int `(batch, length)`.
@@ -62,6 +65,8 @@ class TextClassifier(keras.Model):
         norm_first=False,
         position="sinusoidal",
         key_dim=None,
+        ngram_buckets=0,
+        ngram_dropout=0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -83,6 +88,8 @@ class TextClassifier(keras.Model):
             norm_first=norm_first,
             position=position,
             key_dim=key_dim,
+            ngram_buckets=ngram_buckets,
+            ngram_dropout=ngram_dropout,
             dtype=self.dtype_policy,
             name="encoder",
         )
@@ -147,5 +154,7 @@ class TextClassifier(keras.Model):
             norm_first=encoder.norm_first,
             position=encoder.position,
             key_dim=encoder.key_dim,
+            ngram_buckets=encoder.embedding.ngram_buckets,
+            ngram_dropout=encoder.embedding.ngram_dropout,
         )
         return config

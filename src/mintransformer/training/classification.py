@@ -3,8 +3,9 @@
 `train_classification` is what `mintransformer train classification` calls. The
 tokenizer is trained on the training split only; each text becomes `<s>` + its
 tokens, cut to `max_length` by the configured truncation. Optimisation is the
-translation recipe (Noam warm-up to a peak rate, Adam(0.9, 0.98, 1e-9)) with
-cross-entropy; checkpoints, exact resume and averaging are `fit_run`'s.
+translation recipe (warm-up to a peak rate, then Noam or linear decay, with
+Adam(0.9, 0.98, 1e-9)) with cross-entropy; checkpoints, exact resume and
+averaging are `fit_run`'s.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from mintransformer.models.classifier import TextClassifier
 from mintransformer.run import ClassificationConfig, RunDirectory
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import checkpoints
-from mintransformer.training.translation import fit_run, model_variables, noam_adam
+from mintransformer.training.translation import fit_run, model_variables, warmup_adam
 
 
 def build_model(config: ClassificationConfig, vocab_size: int) -> TextClassifier:
@@ -38,6 +39,8 @@ def build_model(config: ClassificationConfig, vocab_size: int) -> TextClassifier
         pooling=config.pooling,
         hidden_units=config.hidden_units,
         key_dim=config.key_dim,
+        ngram_buckets=config.ngram_buckets,
+        ngram_dropout=config.ngram_dropout,
         dtype="mixed_bfloat16" if config.mixed_precision else None,
     )
     model(np.ones((1, 2), "int32"))
@@ -66,9 +69,9 @@ def make_batches(tokenizer, pairs, labels: LabelSet, config, shuffle: bool, sour
 
 
 def compile_for_training(model, config: ClassificationConfig, steps_per_epoch: int) -> None:
-    """`noam_adam` with cross-entropy and accuracy."""
+    """`warmup_adam` with cross-entropy and accuracy."""
     model.compile(
-        optimizer=noam_adam(config, steps_per_epoch),
+        optimizer=warmup_adam(config, steps_per_epoch),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )

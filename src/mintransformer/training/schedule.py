@@ -1,9 +1,13 @@
-"""The paper's learning-rate schedule (section 5.3), "Noam" warm-up then inverse square root.
+"""Learning-rate schedules: the paper's "Noam" warm-up (section 5.3), and linear warm-up/decay.
 
-    lr(step) = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)
+    noam(step)   = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)
+    linear(step) = peak * min(step / warmup_steps,
+                              max(0, (total_steps - step) / (total_steps - warmup_steps)))
 
-It rises linearly for `warmup_steps` steps, peaks at
-`scale * (d_model * warmup_steps)^-0.5`, then decays as 1/sqrt(step).
+Both rise linearly for `warmup_steps` steps. Noam then decays as 1/sqrt(step), from
+its peak `scale * (d_model * warmup_steps)^-0.5`; linear falls in a straight line
+from `peak` to zero at `total_steps` (as in BERT fine-tuning), so it needs the
+length of the run.
 """
 
 from __future__ import annotations
@@ -44,3 +48,60 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+@keras.saving.register_keras_serializable(package="mintransformer")
+class LinearWarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up to `peak`, then linear decay to zero at `total_steps`.
+
+    Args:
+        peak: the highest learning rate, reached at step `warmup_steps`.
+        warmup_steps: steps of linear warm-up; fewer than `total_steps`.
+        total_steps: the step at which the rate reaches zero (the run's length).
+    """
+
+    def __init__(self, peak: float, warmup_steps: int, total_steps: int):
+        if not peak > 0:
+            raise ValueError(f"`peak` must be positive, got {peak!r}.")
+        self.peak = float(peak)
+        self.total_steps = validation.positive_int(total_steps, "total_steps")
+        if total_steps < 2:
+            raise ValueError(
+                f"`total_steps` must be at least 2 (a step of warm-up and one of decay), "
+                f"got {total_steps}."
+            )
+        self.warmup_steps = validation.positive_int(warmup_steps, "warmup_steps")
+        if warmup_steps >= total_steps:
+            raise ValueError(
+                f"`warmup_steps` ({warmup_steps}) must be less than `total_steps` ({total_steps})."
+            )
+
+    def __call__(self, step):
+        # Keras counts optimizer steps from 0; the formula counts from 1.
+        step = ops.cast(step, "float32") + 1.0
+        rise = step / self.warmup_steps
+        fall = ops.maximum((self.total_steps - step) / (self.total_steps - self.warmup_steps), 0.0)
+        return self.peak * ops.minimum(rise, fall)
+
+    def get_config(self):
+        return {
+            "peak": self.peak,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+        }
+
+
+SCHEDULES = ("noam", "linear")
+
+
+def warmup_schedule(
+    kind: str, d_model: int, peak: float, warmup_steps: int, total_steps: int
+) -> keras.optimizers.schedules.LearningRateSchedule:
+    """The `kind` schedule ("noam" or "linear") of a run of `total_steps` steps, peaking at `peak`.
+
+    The warm-up is cut to fit in the run (for "linear", leaving at least one step of decay).
+    """
+    validation.one_of(kind, SCHEDULES, "schedule")
+    if kind == "linear":
+        return LinearWarmupDecay(peak, min(warmup_steps, total_steps - 1), total_steps)
+    return CustomSchedule.for_peak(d_model, min(warmup_steps, total_steps), peak)

@@ -17,7 +17,7 @@ from mintransformer.run import RunConfig, RunDirectory, TranslationConfig
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import checkpoints
 from mintransformer.training.losses import MaskedAccuracy, MaskedLoss
-from mintransformer.training.schedule import CustomSchedule
+from mintransformer.training.schedule import warmup_schedule
 
 
 def build_model(config: TranslationConfig, vocab_size: int) -> Transformer:
@@ -106,21 +106,24 @@ def make_batches(tokenizer, pairs, config: TranslationConfig, shuffle: bool):
     )
 
 
-def noam_adam(config, steps_per_epoch: int) -> keras.optimizers.Adam:
-    """The paper's optimizer: Adam(0.9, 0.98, 1e-9) on a Noam schedule peaking at
-    `config.peak_learning_rate` after `config.warmup_steps` (at most the whole run)."""
-    schedule = CustomSchedule.for_peak(
+def warmup_adam(config: RunConfig, steps_per_epoch: int) -> keras.optimizers.Adam:
+    """The paper's optimizer, Adam(0.9, 0.98, 1e-9), on the config's `warmup_schedule`
+    ("noam" unless the config has a `schedule`) peaking at `config.peak_learning_rate`
+    after `config.warmup_steps`."""
+    schedule = warmup_schedule(
+        getattr(config, "schedule", "noam"),
         config.d_model,
-        min(config.warmup_steps, config.epochs * steps_per_epoch),
         config.peak_learning_rate,
+        config.warmup_steps,
+        config.epochs * steps_per_epoch,
     )
     return keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
 
 
 def compile_for_training(model, config: RunConfig, steps_per_epoch: int) -> None:
-    """`noam_adam` with the label-smoothed masked loss and masked accuracy."""
+    """`warmup_adam` with the label-smoothed masked loss and masked accuracy."""
     model.compile(
-        optimizer=noam_adam(config, steps_per_epoch),
+        optimizer=warmup_adam(config, steps_per_epoch),
         loss=MaskedLoss(config.label_smoothing, pad_id=Tokenizer.pad_id),
         metrics=[MaskedAccuracy(pad_id=Tokenizer.pad_id)],
     )

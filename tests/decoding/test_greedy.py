@@ -1,0 +1,112 @@
+"""The compiled greedy loop (`CachedSteps.greedy`) against the Python loop and the model.
+
+`greedy_search` runs `CachedSteps` as one compiled call and drives `FullRecomputeSteps`
+(which re-runs the whole model per token) with a Python loop: their tokens must be equal.
+"""
+
+import numpy as np
+import pytest
+
+from mintransformer import Transformer
+from mintransformer.decoding.greedy import greedy_search
+from mintransformer.decoding.steps import CachedSteps, FullRecomputeSteps
+from tests.conftest import padded_sources, randomize_weights, to_numpy
+
+START = 1
+CACHE = 16
+
+
+def varied_model(seed=0):
+    """A random pre-LN model whose greedy sentences vary (rather than repeat one token)."""
+    model = Transformer(2, 32, 4, 64, 40, 40, 32, 32, dropout_rate=0.0, norm_first=True)
+    model((np.ones((1, 4), "int32"), np.ones((1, 4), "int32")))
+    return randomize_weights(model, seed)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    """(model, its `CachedSteps`, sources, their compiled greedy sentences when nothing ends)."""
+    sources = padded_sources()
+    model = varied_model()
+    cached = CachedSteps(model, CACHE)
+    unstopped = greedy_search(cached, sources, start_id=START, end_id=-1, max_length=CACHE)
+    # Greedy by definition: each token is the model's argmax given the tokens before it,
+    # checked for all positions in one teacher-forced call.
+    previous = np.array([[START, *row[:-1]] for row in unstopped], "int32")
+    logits = to_numpy(model((sources, previous), training=False))
+    np.testing.assert_array_equal(logits.argmax(-1), unstopped)
+    return model, cached, sources, unstopped
+
+
+def end_at_different_lengths(sentences):
+    """A token that ends the sentences at 3+ different lengths, and never ends one of them."""
+    for token in sorted({t for row in sentences for t in row}):
+        ends = [row.index(token) if token in row else None for row in sentences]
+        if None in ends and len(set(ends)) >= 3:
+            return token
+    raise AssertionError("the test model's sentences need more variety")
+
+
+def cut_at(sentence, end_id):
+    return sentence[: sentence.index(end_id)] if end_id in sentence else sentence
+
+
+def compiled_greedy(setup, batch, end_id, max_length=CACHE):
+    """The compiled loop's sentences for the first `batch` sources."""
+    _, cached, sources, _ = setup
+    return greedy_search(
+        cached, sources[:batch], start_id=START, end_id=end_id, max_length=max_length
+    )
+
+
+@pytest.mark.core
+def test_compiled_greedy_gives_the_python_loop_tokens_when_rows_end_early(setup):
+    model, _, sources, unstopped = setup
+    assert len({t for row in unstopped for t in row}) > 8, "the test needs varied tokens"
+    # 8 steps: the recompute reference is slow on JAX, which compiles every new prefix shape.
+    end_id = end_at_different_lengths([row[:8] for row in unstopped])
+    options = dict(start_id=START, end_id=end_id, max_length=8)
+    reference = greedy_search(FullRecomputeSteps(model, 8), sources, **options)
+    assert compiled_greedy(setup, 5, end_id, 8) == reference
+    assert reference == [cut_at(row[:8], end_id) for row in unstopped]
+
+
+@pytest.mark.core
+@pytest.mark.parametrize("batch", [1, 5])
+def test_compiled_greedy_ends_each_row_at_its_first_end(setup, batch):
+    *_, unstopped = setup
+    end_id = end_at_different_lengths(unstopped)
+    expected = [cut_at(row, end_id) for row in unstopped[:batch]]
+    assert compiled_greedy(setup, batch, end_id) == expected
+
+
+@pytest.mark.core
+@pytest.mark.parametrize("batch", [1, 5])
+def test_compiled_greedy_stops_at_max_length_without_an_end(setup, batch):
+    *_, unstopped = setup
+    never_emitted = next(t for t in range(3, 40) if all(t not in row for row in unstopped))
+    assert compiled_greedy(setup, batch, never_emitted) == unstopped[:batch]
+    assert compiled_greedy(setup, batch, never_emitted, 7) == [row[:7] for row in unstopped[:batch]]
+
+
+@pytest.mark.core
+def test_an_end_as_the_first_token_gives_an_empty_sentence(setup):
+    *_, unstopped = setup
+    assert compiled_greedy(setup, 1, unstopped[0][0]) == [[]]
+
+
+@pytest.mark.core
+def test_greedy_returns_a_token_matrix_and_lengths(setup):
+    _, cached, sources, unstopped = setup
+    end_id = end_at_different_lengths(unstopped)
+    tokens, lengths = cached.greedy(sources, START, end_id, max_length=10)
+    assert tokens.shape == (5, 10)
+    for row, length, sentence in zip(tokens, lengths, unstopped, strict=True):
+        assert row[:length].tolist() == cut_at(sentence, end_id)[:10]
+        assert (row[length:] == end_id).all()
+
+
+def test_greedy_longer_than_the_cache_is_refused(setup):
+    _, cached, sources, _ = setup
+    with pytest.raises(ValueError, match="exceeds the cache"):
+        cached.greedy(sources, START, 2, max_length=CACHE + 1)
