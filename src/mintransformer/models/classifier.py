@@ -17,6 +17,23 @@ from mintransformer.layers import validation
 from mintransformer.layers.encoder import Encoder
 
 POOLINGS = ("mean", "cls")
+# The constructor arguments that are the encoder's, saved from its own config.
+ENCODER_SETTINGS = (
+    "num_layers",
+    "d_model",
+    "num_heads",
+    "dff",
+    "vocab_size",
+    "max_length",
+    "dropout_rate",
+    "pad_id",
+    "activation",
+    "norm_first",
+    "position",
+    "key_dim",
+    "ngram_buckets",
+    "ngram_dropout",
+)
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
@@ -137,24 +154,9 @@ class TextClassifier(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        encoder = self.encoder
+        encoder_config = self.encoder.get_config()
+        config.update({name: encoder_config[name] for name in ENCODER_SETTINGS})
         config.update(
-            num_layers=encoder.num_layers,
-            d_model=encoder.d_model,
-            num_heads=encoder.num_heads,
-            dff=encoder.dff,
-            vocab_size=encoder.vocab_size,
-            max_length=encoder.max_length,
-            num_classes=self.num_classes,
-            dropout_rate=encoder.dropout_rate,
-            pad_id=encoder.pad_id,
-            pooling=self.pooling,
-            hidden_units=self.hidden_units,
-            activation=encoder.activation,
-            norm_first=encoder.norm_first,
-            position=encoder.position,
-            key_dim=encoder.key_dim,
-            ngram_buckets=encoder.embedding.ngram_buckets,
-            ngram_dropout=encoder.embedding.ngram_dropout,
+            num_classes=self.num_classes, pooling=self.pooling, hidden_units=self.hidden_units
         )
         return config
