@@ -104,3 +104,13 @@ def padded_sources() -> np.ndarray:
     sources[1, 5:] = 0
     sources[3, 2:] = 0
     return sources
+
+
+def varied_model(seed: int = 0):
+    """A random pre-LN `Transformer` (vocab 40, 32 positions) whose greedy sentences vary
+    rather than repeat one token."""
+    from mintransformer import Transformer
+
+    model = Transformer(2, 32, 4, 64, 40, 40, 32, 32, dropout_rate=0.0, norm_first=True)
+    model((np.ones((1, 4), "int32"), np.ones((1, 4), "int32")))
+    return randomize_weights(model, seed)

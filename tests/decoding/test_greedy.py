@@ -7,20 +7,12 @@
 import numpy as np
 import pytest
 
-from mintransformer import Transformer
 from mintransformer.decoding.greedy import greedy_search
 from mintransformer.decoding.steps import CachedSteps, FullRecomputeSteps
-from tests.conftest import padded_sources, randomize_weights, to_numpy
+from tests.conftest import padded_sources, to_numpy, varied_model
 
 START = 1
 CACHE = 16
-
-
-def varied_model(seed=0):
-    """A random pre-LN model whose greedy sentences vary (rather than repeat one token)."""
-    model = Transformer(2, 32, 4, 64, 40, 40, 32, 32, dropout_rate=0.0, norm_first=True)
-    model((np.ones((1, 4), "int32"), np.ones((1, 4), "int32")))
-    return randomize_weights(model, seed)
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,17 @@ is done when it has `beam_size` finished hypotheses; the winner maximises
 
     log P(Y | X) / lp(Y),   lp(Y) = ((5 + |Y|) / 6) ** alpha
 
-With `beam_size=1` this is exactly greedy search.
+With `beam_size=1` this is exactly greedy search. With `CachedSteps` the whole
+search is one compiled call (`CachedSteps.beam`); any other steps object (the
+`FullRecomputeSteps` reference) is driven by the Python loop below, which is
+also the specification the compiled loop is tested against.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from mintransformer.decoding.steps import CachedSteps
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -61,6 +66,10 @@ def beam_search(
     """
     if beam_size < 1:
         raise ValueError(f"`beam_size` must be >= 1, got {beam_size}.")
+    if isinstance(steps, CachedSteps):
+        return _best_compiled(
+            steps.beam(source_ids, start_id, end_id, max_length, beam_size, alpha), alpha
+        )
     batch, k = len(source_ids), beam_size
     state = steps.start(source_ids, repeat=k)
     # Only the first beam of each source is live at the start (all beams are equal).
@@ -109,3 +118,25 @@ def beam_search(
                     finished[b].append((normalised, prefixes[b][slot]))
     best = [max(f, key=lambda item: item[0]) for f in finished]
     return [tokens for _, tokens in best], [float(score) for score, _ in best]
+
+
+def _best_compiled(outputs, alpha: float):
+    """`beam_search`'s result from `CachedSteps.beam`'s arrays (same choice as the loop)."""
+    steps_run, live_scores, live, finished, finished_scores, finished_lengths, counts = outputs
+    sequences, scores = [], []
+    for b, count in enumerate(counts):
+        candidates = [
+            (float(finished_scores[b, s]), finished[b, s, : finished_lengths[b, s]].tolist())
+            for s in range(count)
+        ]
+        if count < live_scores.shape[1]:
+            penalty = length_penalty(int(steps_run), alpha)
+            candidates += [
+                (float(score) / penalty, live[b, s, :steps_run].tolist())
+                for s, score in enumerate(live_scores[b])
+                if np.isfinite(score)
+            ]
+        score, tokens = max(candidates, key=lambda item: item[0])
+        sequences.append(tokens)
+        scores.append(score)
+    return sequences, scores

@@ -7,8 +7,8 @@ as the course material does; it is the reference (and the baseline to beat).
 
 Both expose `start(source_ids, repeat)`, `step(tokens, index, state)` and
 `reorder(state, indices)` for `greedy_search` and `beam_search`. `CachedSteps.greedy`
-also runs a whole greedy decode as one compiled call: the token loop is a
-`keras.ops.while_loop`, so there is no per-token call overhead or host transfer.
+and `CachedSteps.beam` also run a whole decode as one compiled call: the token loop
+is a `keras.ops.while_loop`, so there is no per-token call overhead or host transfer.
 """
 
 from __future__ import annotations
@@ -17,6 +17,18 @@ import numpy as np
 from keras import ops
 
 from mintransformer.backend_adapter import compile_inference
+
+
+def _select(chosen, slot_of_candidate, slots: int):
+    """`(batch, slots, candidates)` bool: candidate j fills slot s where chosen and
+    `slot_of_candidate[:, j] == s` (each slot gets at most one candidate)."""
+    slot_ids = ops.arange(slots, dtype="int32")[None, :, None]
+    return ops.logical_and(chosen[:, None, :], slot_of_candidate[:, None, :] == slot_ids)
+
+
+def _pick(one_hot, values):
+    """`(batch, slots, candidates)` one-hot and int `(batch, candidates)` -> `(batch, slots)`."""
+    return ops.sum(ops.where(one_hot, values[:, None, :], 0), axis=-1)
 
 
 class CachedSteps:
@@ -39,6 +51,7 @@ class CachedSteps:
         self._step = compile_inference(self._step_fn, model.variables)
         # XLA pays off here: the loop body is many small ops, run once per token.
         self._greedy = compile_inference(self._greedy_fn, model.variables, jit_compile=True)
+        self._beams = {}  # beam size -> compiled `_beam_fn`
 
     def _encode_fn(self, source_ids):
         memory, source_mask = self.model.encode(source_ids)
@@ -107,6 +120,140 @@ class CachedSteps:
             *(ops.convert_to_tensor(value, "int32") for value in (start_id, end_id, max_length)),
         )
         return ops.convert_to_numpy(tokens)[:, :max_length], ops.convert_to_numpy(lengths)
+
+    def _beam_fn(self, source_ids, start_id, end_id, max_length, alpha, beam_size):
+        """Compiled by `beam` (one function per `beam_size`): `beam_search`'s loop in tensors.
+
+        Per step, the `2 * beam_size` best continuations of each source are scanned best
+        first, exactly as `beam_search` does: a </s> continuation is finished (while the
+        source has fewer than `beam_size` finished), any other fills the next live slot,
+        and the scan stops when the live slots are full. A source is done once it has
+        `beam_size` finished hypotheses.
+        """
+        k = beam_size
+        cross, source_mask = self._encode_fn(ops.repeat(source_ids, k, axis=0))
+        batch = ops.shape(source_ids)[0]
+        cache = self.model.decoder.empty_cache(batch * k, self.max_length)
+        tokens = ops.full((batch * k,), start_id, "int32")
+        # Only the first beam is live at the start: all beams would be equal.
+        live_scores = ops.concatenate(
+            [ops.zeros((batch, 1)), ops.full((batch, k - 1), float("-inf"))], axis=1
+        )
+        live = ops.full((batch, k, self.max_length), end_id, "int32")
+        finished = ops.full((batch, k, self.max_length), end_id, "int32")
+        finished_scores = ops.full((batch, k), float("-inf"))
+        finished_lengths = ops.zeros((batch, k), "int32")
+        finished_count = ops.zeros((batch,), "int32")
+        row_offsets = ops.arange(batch, dtype="int32")[:, None] * k
+
+        def not_done(index, *state):
+            count = state[-1]
+            return ops.logical_and(index < max_length, ops.any(count < k))
+
+        def gather_beams(sequences, beams):
+            beams = ops.repeat(beams[:, :, None], self.max_length, axis=2)
+            return ops.take_along_axis(sequences, beams, axis=1)
+
+        def decode_one(index, tokens, cache, live_scores, live, *finished_state):
+            finished, finished_scores, finished_lengths, finished_count = finished_state
+            log_probs, cache = self._step_fn(tokens[:, None], index, cache, cross, source_mask)
+            vocab = ops.shape(log_probs)[-1]
+            totals = live_scores[:, :, None] + ops.reshape(log_probs, (batch, k, vocab))
+            top_totals, top = ops.top_k(ops.reshape(totals, (batch, k * vocab)), 2 * k)
+            top = ops.cast(top, "int32")
+            beams, next_tokens = top // vocab, top % vocab
+            is_end = next_tokens == end_id
+            ends_before = ops.cumsum(ops.cast(is_end, "int32"), axis=1) - ops.cast(is_end, "int32")
+            lives_before = ops.arange(2 * k, dtype="int32")[None, :] - ends_before
+            finished_slot = finished_count[:, None] + ends_before
+            scanned = ops.logical_and(
+                ops.logical_and(lives_before < k, finished_slot < k), ops.isfinite(top_totals)
+            )
+            to_finish = _select(ops.logical_and(scanned, is_end), finished_slot, k)
+            to_live = _select(ops.logical_and(scanned, ops.logical_not(is_end)), lives_before, k)
+
+            new = ops.any(to_finish, axis=-1)
+            normalised = top_totals / ((5.0 + ops.cast(index + 1, "float32")) / 6.0) ** alpha
+            new_scores = ops.sum(ops.where(to_finish, normalised[:, None, :], 0.0), axis=-1)
+            finished_scores = ops.where(new, new_scores, finished_scores)
+            finished_lengths = ops.where(new, index, finished_lengths)
+            finished = ops.where(
+                new[:, :, None], gather_beams(live, _pick(to_finish, beams)), finished
+            )
+            finished_count = finished_count + ops.sum(ops.cast(new, "int32"), axis=1)
+
+            filled = ops.any(to_live, axis=-1)
+            live_scores = ops.where(
+                filled,
+                ops.sum(ops.where(to_live, top_totals[:, None, :], 0.0), axis=-1),
+                float("-inf"),
+            )
+            parents = _pick(to_live, beams)
+            tokens = ops.where(filled, _pick(to_live, next_tokens), end_id)
+            live = ops.slice_update(gather_beams(live, parents), (0, 0, index), tokens[:, :, None])
+            rows = ops.reshape(parents + row_offsets, (-1,))
+            cache = tuple(ops.take(layer_cache, rows, axis=1) for layer_cache in cache)
+            return (
+                index + 1,
+                ops.reshape(tokens, (-1,)),
+                cache,
+                live_scores,
+                live,
+                finished,
+                finished_scores,
+                finished_lengths,
+                finished_count,
+            )
+
+        state = (
+            ops.convert_to_tensor(0, "int32"),
+            tokens,
+            cache,
+            live_scores,
+            live,
+            finished,
+            finished_scores,
+            finished_lengths,
+            finished_count,
+        )
+        index, _, _, live_scores, live, *finished_state = ops.while_loop(
+            not_done, decode_one, state
+        )
+        return (index, live_scores, live, *finished_state)
+
+    def beam(
+        self,
+        source_ids: np.ndarray,
+        start_id: int,
+        end_id: int,
+        max_length: int,
+        beam_size: int,
+        alpha: float,
+    ) -> tuple[np.ndarray, ...]:
+        """Runs `beam_search`'s loop as one compiled call; `beam_search` reads the result.
+
+        Returns:
+            numpy `(steps, live_scores (batch, beam), live (batch, beam, T), finished
+            (batch, beam, T), finished_scores, finished_lengths (batch, beam),
+            finished_count (batch,))`: `steps` tokens were decoded, live hypotheses hold
+            their total log-probability and finished ones their normalised score; the
+            first `finished_count` finished slots of a source are filled, in the order
+            they finished; `T` is this object's `max_length`.
+        """
+        if max_length > self.max_length:
+            raise ValueError(f"`max_length` ({max_length}) exceeds the cache ({self.max_length}).")
+        if beam_size not in self._beams:
+            self._beams[beam_size] = compile_inference(
+                lambda *args: self._beam_fn(*args, beam_size=beam_size),
+                self.model.variables,
+                jit_compile=True,
+            )
+        outputs = self._beams[beam_size](
+            ops.convert_to_tensor(np.asarray(source_ids, "int32")),
+            *(ops.convert_to_tensor(value, "int32") for value in (start_id, end_id, max_length)),
+            ops.convert_to_tensor(alpha, "float32"),
+        )
+        return tuple(np.asarray(ops.convert_to_numpy(value)) for value in outputs)
 
     def start(self, source_ids: np.ndarray, repeat: int = 1):
         """Encodes `(batch, length)` sources; each row repeated `repeat` times (beams)."""
