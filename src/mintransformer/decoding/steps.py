@@ -166,6 +166,8 @@ class CachedSteps:
             ends_before = ops.cumsum(ops.cast(is_end, "int32"), axis=1) - ops.cast(is_end, "int32")
             lives_before = ops.arange(2 * k, dtype="int32")[None, :] - ends_before
             finished_slot = finished_count[:, None] + ends_before
+            # The Python loop's stop conditions only tighten along the sorted candidates,
+            # so the candidates it looks at are those meeting all three here.
             scanned = ops.logical_and(
                 ops.logical_and(lives_before < k, finished_slot < k), ops.isfinite(top_totals)
             )
