@@ -17,11 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mintransformer.decoding.steps import CachedSteps
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    return ((5.0 + length) / 6.0) ** alpha
+from mintransformer.decoding.steps import CachedSteps, length_penalty
 
 
 def top_candidates(totals: np.ndarray, count: int) -> np.ndarray:

@@ -19,6 +19,11 @@ from keras import ops
 from mintransformer.backend_adapter import compile_inference
 
 
+def length_penalty(length, alpha):
+    """GNMT length penalty `((5 + length) / 6) ** alpha` (a number, or a float tensor)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
 def _select(chosen, slot_of_candidate, slots: int):
     """`(batch, slots, candidates)` bool: candidate j fills slot s where chosen and
     `slot_of_candidate[:, j] == s` (each slot gets at most one candidate)."""
@@ -27,7 +32,8 @@ def _select(chosen, slot_of_candidate, slots: int):
 
 
 def _pick(one_hot, values):
-    """`(batch, slots, candidates)` one-hot and int `(batch, candidates)` -> `(batch, slots)`."""
+    """`(batch, slots, candidates)` one-hot and `(batch, candidates)` -> `(batch, slots)`
+    (0 where a slot got no candidate)."""
     return ops.sum(ops.where(one_hot, values[:, None, :], 0), axis=-1)
 
 
@@ -61,6 +67,15 @@ class CachedSteps:
         hidden, cache = self.model.decoder.step(tokens, index, cache, cross_key_values, source_mask)
         log_probs = ops.log_softmax(self.model.project(hidden)[:, 0], axis=-1)
         return log_probs, cache
+
+    def _loop_inputs(self, source_ids, start_id, end_id, max_length):
+        """Checks `max_length` against the cache; the compiled loops' first four inputs."""
+        if max_length > self.max_length:
+            raise ValueError(f"`max_length` ({max_length}) exceeds the cache ({self.max_length}).")
+        return (
+            ops.convert_to_tensor(np.asarray(source_ids, "int32")),
+            *(ops.convert_to_tensor(value, "int32") for value in (start_id, end_id, max_length)),
+        )
 
     def _greedy_fn(self, source_ids, start_id, end_id, max_length):
         """Compiled by `greedy`; `start_id`, `end_id`, `max_length` are int32 scalars.
@@ -113,12 +128,7 @@ class CachedSteps:
             of tokens before </s> (`max_length` for a row that never emitted it).
         """
         max_length = self.max_length if max_length is None else max_length
-        if max_length > self.max_length:
-            raise ValueError(f"`max_length` ({max_length}) exceeds the cache ({self.max_length}).")
-        tokens, lengths = self._greedy(
-            ops.convert_to_tensor(np.asarray(source_ids, "int32")),
-            *(ops.convert_to_tensor(value, "int32") for value in (start_id, end_id, max_length)),
-        )
+        tokens, lengths = self._greedy(*self._loop_inputs(source_ids, start_id, end_id, max_length))
         return ops.convert_to_numpy(tokens)[:, :max_length], ops.convert_to_numpy(lengths)
 
     def _beam_fn(self, source_ids, start_id, end_id, max_length, alpha, beam_size):
@@ -140,21 +150,22 @@ class CachedSteps:
             [ops.zeros((batch, 1)), ops.full((batch, k - 1), float("-inf"))], axis=1
         )
         live = ops.full((batch, k, self.max_length), end_id, "int32")
-        finished = ops.full((batch, k, self.max_length), end_id, "int32")
-        finished_scores = ops.full((batch, k), float("-inf"))
-        finished_lengths = ops.zeros((batch, k), "int32")
-        finished_count = ops.zeros((batch,), "int32")
+        finished_state = (
+            ops.full((batch, k, self.max_length), end_id, "int32"),  # tokens
+            ops.full((batch, k), float("-inf")),  # normalised scores
+            ops.zeros((batch, k), "int32"),  # lengths
+            ops.zeros((batch,), "int32"),  # how many slots of each source are filled
+        )
         row_offsets = ops.arange(batch, dtype="int32")[:, None] * k
 
-        def not_done(index, *state):
-            count = state[-1]
-            return ops.logical_and(index < max_length, ops.any(count < k))
+        def not_done(index, tokens, cache, live_scores, live, finished_state):
+            return ops.logical_and(index < max_length, ops.any(finished_state[-1] < k))
 
         def gather_beams(sequences, beams):
             beams = ops.repeat(beams[:, :, None], self.max_length, axis=2)
             return ops.take_along_axis(sequences, beams, axis=1)
 
-        def decode_one(index, tokens, cache, live_scores, live, *finished_state):
+        def decode_one(index, tokens, cache, live_scores, live, finished_state):
             finished, finished_scores, finished_lengths, finished_count = finished_state
             log_probs, cache = self._step_fn(tokens[:, None], index, cache, cross, source_mask)
             vocab = ops.shape(log_probs)[-1]
@@ -175,9 +186,8 @@ class CachedSteps:
             to_live = _select(ops.logical_and(scanned, ops.logical_not(is_end)), lives_before, k)
 
             new = ops.any(to_finish, axis=-1)
-            normalised = top_totals / ((5.0 + ops.cast(index + 1, "float32")) / 6.0) ** alpha
-            new_scores = ops.sum(ops.where(to_finish, normalised[:, None, :], 0.0), axis=-1)
-            finished_scores = ops.where(new, new_scores, finished_scores)
+            normalised = top_totals / length_penalty(ops.cast(index + 1, "float32"), alpha)
+            finished_scores = ops.where(new, _pick(to_finish, normalised), finished_scores)
             finished_lengths = ops.where(new, index, finished_lengths)
             finished = ops.where(
                 new[:, :, None], gather_beams(live, _pick(to_finish, beams)), finished
@@ -185,42 +195,18 @@ class CachedSteps:
             finished_count = finished_count + ops.sum(ops.cast(new, "int32"), axis=1)
 
             filled = ops.any(to_live, axis=-1)
-            live_scores = ops.where(
-                filled,
-                ops.sum(ops.where(to_live, top_totals[:, None, :], 0.0), axis=-1),
-                float("-inf"),
-            )
+            live_scores = ops.where(filled, _pick(to_live, top_totals), float("-inf"))
             parents = _pick(to_live, beams)
             tokens = ops.where(filled, _pick(to_live, next_tokens), end_id)
             live = ops.slice_update(gather_beams(live, parents), (0, 0, index), tokens[:, :, None])
             rows = ops.reshape(parents + row_offsets, (-1,))
             cache = tuple(ops.take(layer_cache, rows, axis=1) for layer_cache in cache)
-            return (
-                index + 1,
-                ops.reshape(tokens, (-1,)),
-                cache,
-                live_scores,
-                live,
-                finished,
-                finished_scores,
-                finished_lengths,
-                finished_count,
-            )
+            finished_state = (finished, finished_scores, finished_lengths, finished_count)
+            return index + 1, ops.reshape(tokens, (-1,)), cache, live_scores, live, finished_state
 
-        state = (
-            ops.convert_to_tensor(0, "int32"),
-            tokens,
-            cache,
-            live_scores,
-            live,
-            finished,
-            finished_scores,
-            finished_lengths,
-            finished_count,
-        )
-        index, _, _, live_scores, live, *finished_state = ops.while_loop(
-            not_done, decode_one, state
-        )
+        index = ops.convert_to_tensor(0, "int32")
+        state = (index, tokens, cache, live_scores, live, finished_state)
+        index, _, _, live_scores, live, finished_state = ops.while_loop(not_done, decode_one, state)
         return (index, live_scores, live, *finished_state)
 
     def beam(
@@ -242,19 +228,14 @@ class CachedSteps:
             first `finished_count` finished slots of a source are filled, in the order
             they finished; `T` is this object's `max_length`.
         """
-        if max_length > self.max_length:
-            raise ValueError(f"`max_length` ({max_length}) exceeds the cache ({self.max_length}).")
+        inputs = self._loop_inputs(source_ids, start_id, end_id, max_length)
         if beam_size not in self._beams:
             self._beams[beam_size] = compile_inference(
                 lambda *args: self._beam_fn(*args, beam_size=beam_size),
                 self.model.variables,
                 jit_compile=True,
             )
-        outputs = self._beams[beam_size](
-            ops.convert_to_tensor(np.asarray(source_ids, "int32")),
-            *(ops.convert_to_tensor(value, "int32") for value in (start_id, end_id, max_length)),
-            ops.convert_to_tensor(alpha, "float32"),
-        )
+        outputs = self._beams[beam_size](*inputs, ops.convert_to_tensor(alpha, "float32"))
         return tuple(np.asarray(ops.convert_to_numpy(value)) for value in outputs)
 
     def start(self, source_ids: np.ndarray, repeat: int = 1):
