@@ -29,11 +29,8 @@ def setup():
     return model, CachedSteps(model, CACHE), padded_sources()
 
 
-def both(setup, end_id, beam_size, alpha, max_length=CACHE):
-    _, cached, sources = setup
-    options = dict(
-        start_id=START, end_id=end_id, max_length=max_length, beam_size=beam_size, alpha=alpha
-    )
+def both(cached, sources, **options):
+    """`beam_search` on `cached` as one compiled call, and driven by the Python loop."""
     return beam_search(cached, sources, **options), beam_search(
         StepByStep(cached), sources, **options
     )
@@ -47,9 +44,11 @@ def assert_same(compiled, loop):
 @pytest.mark.core
 @pytest.mark.parametrize("beam_size, alpha", [(1, 0.6), (2, 0.0), (4, 0.6), (6, 1.0)])
 def test_compiled_beam_search_equals_the_python_loop(setup, beam_size, alpha):
+    _, cached, sources = setup
     lengths = set()
     for end_id in (3, 7, 12, 20, 33):
-        compiled, loop = both(setup, end_id, beam_size, alpha)
+        options = dict(end_id=end_id, max_length=CACHE, beam_size=beam_size, alpha=alpha)
+        compiled, loop = both(cached, sources, start_id=START, **options)
         assert_same(compiled, loop)
         lengths |= {len(tokens) for tokens in loop[0]}
     # Hypotheses end early, at several lengths, and at max_length (no </s> found).
@@ -69,8 +68,7 @@ def test_shorter_max_length_and_single_source(setup):
     _, cached, sources = setup
     options = dict(start_id=START, end_id=20, beam_size=3, alpha=0.6)
     for max_length in (1, 5):
-        compiled = beam_search(cached, sources[:1], max_length=max_length, **options)
-        loop = beam_search(StepByStep(cached), sources[:1], max_length=max_length, **options)
+        compiled, loop = both(cached, sources[:1], max_length=max_length, **options)
         assert_same(compiled, loop)
         assert all(len(tokens) <= max_length for tokens in compiled[0])
 

@@ -236,7 +236,7 @@ class CachedSteps:
                 jit_compile=True,
             )
         outputs = self._beams[beam_size](*inputs, ops.convert_to_tensor(alpha, "float32"))
-        return tuple(np.asarray(ops.convert_to_numpy(value)) for value in outputs)
+        return tuple(ops.convert_to_numpy(value) for value in outputs)
 
     def start(self, source_ids: np.ndarray, repeat: int = 1):
         """Encodes `(batch, length)` sources; each row repeated `repeat` times (beams)."""
