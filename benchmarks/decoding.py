@@ -7,9 +7,10 @@ Three implementations, each timed on greedy search and beam search (4 beams) at 
 1 and 32 (`greedy_search` / `beam_search` drive all three):
 
 - ours cached: `CachedSteps` (key/value cache, encoder and cross-attention keys/values
-  once per source). Its greedy search is one compiled call, the token loop included
-  (`CachedSteps.greedy`, with XLA on TensorFlow); its beam search calls a step compiled
-  with `compile_inference` once per token, as the others do for both searches;
+  once per source). Each search is one compiled call, the token loop included
+  (`greedy.compiled_greedy`, `beam.compiled_beam`, with XLA on TensorFlow); the others
+  call a step compiled with `compile_inference` once per token from the searches'
+  Python loops;
 - ours recompute: `FullRecomputeSteps`, re-running the whole model on the prefix at every
   step, as the course material does (the model call compiled, as for ours cached);
 - keras-hub cached: keras-hub's `TransformerDecoder` self- and cross-attention caches

@@ -94,8 +94,11 @@ class KerasHubCachedSteps:
     The first step fills each decoder layer's cross-attention cache from the encoder
     output (`cross_attention_cache_update_index=0`); later steps reuse it (`None`).
     Self-attention caches are `(batch, 2, max_length, heads, key_dim)`. Both step
-    functions are compiled with `compile_inference`, as our `CachedSteps` are.
+    functions are compiled with `compile_inference`, as our `CachedSteps` are. Our
+    searches drive it with their Python loops, one compiled step per token.
     """
+
+    compiled_loops = False
 
     def __init__(self, model: Translator, max_length: int):
         self.model = model

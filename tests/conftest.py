@@ -114,3 +114,46 @@ def varied_model(seed: int = 0):
     model = Transformer(2, 32, 4, 64, 40, 40, 32, 32, dropout_rate=0.0, norm_first=True)
     model((np.ones((1, 4), "int32"), np.ones((1, 4), "int32")))
     return randomize_weights(model, seed)
+
+
+def random_transformer(seed: int = 0):
+    """A random post-LN `Transformer` (vocab 40, 32 positions), blocks drawn at scale 0.3."""
+    from mintransformer import Transformer
+
+    model = Transformer(2, 32, 4, 64, 40, 40, 32, 32, dropout_rate=0.0)
+    model((np.ones((1, 4), "int32"), np.ones((1, 4), "int32")))
+    return randomize_weights(model, seed, block_scale=0.3)
+
+
+def random_language_model(seed: int = 1):
+    """A random `LanguageModel` (vocab 40, 32 positions, pad id 0)."""
+    from mintransformer import LanguageModel
+
+    model = LanguageModel(2, 32, 4, 64, 40, 32, dropout_rate=0.0)
+    model(np.ones((1, 4), "int32"))
+    return randomize_weights(model, seed)
+
+
+def record_calls(monkeypatch, module, *names: str) -> list[str]:
+    """Wraps the functions `names` of `module` so each call appends its name to the
+    returned list (for checking which search loop ran)."""
+    calls: list[str] = []
+
+    def recording(name, function):
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    for name in names:
+        monkeypatch.setattr(module, name, recording(name, getattr(module, name)))
+    return calls
+
+
+class StepByStep:
+    """Only the start/step/reorder calls of `steps` (no `compiled_loops`), so a search
+    drives them with its Python loop."""
+
+    def __init__(self, steps):
+        self.start, self.step, self.reorder = steps.start, steps.step, steps.reorder

@@ -1,5 +1,9 @@
 """The command line: arguments to library calls, clear errors, nothing lost."""
 
+import os
+import subprocess
+import sys
+
 from mintransformer import cli
 
 
@@ -96,3 +100,59 @@ def test_evaluate_on_a_split_of_the_runs_own_corpus(capsys, tmp_path, trained_ru
     assert len(hypotheses.read_text().splitlines()) == 100
     code, _, err = run_cli(capsys, "evaluate", "--run", str(trained_run.path))
     assert code == 2 and "--split" in err
+
+
+def run_module(*argv):
+    """`python -m mintransformer ARGV` in a fresh process: (exit code, stdout, stderr)."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL")
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "mintransformer", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_python_dash_m_runs_the_command_line_on_the_chosen_backend(trained_run):
+    code, out, err = run_module("--help")
+    assert code == 0 and "translate" in out
+    for backend in ("jax", "torch"):
+        code, out, err = run_module(
+            "translate", "--backend", backend, "--run", trained_run.path, "five", "nine"
+        )
+        assert code == 0, err
+        assert out == translate_in_process(trained_run.path, "five", "nine")
+    code, _, err = run_module("translate", "--backend", "theano", "--run", trained_run.path)
+    assert code == 2 and "invalid choice: 'theano'" in err
+
+
+def translate_in_process(run, *texts) -> str:
+    from mintransformer.translation import Translator
+
+    return "".join(line + "\n" for line in Translator.from_run(run).translate(list(texts)))
+
+
+def test_tensorflow_start_up_log_is_silenced_unless_verbose(trained_run):
+    args = ["translate", "--backend", "tensorflow", "--run", trained_run.path, "five"]
+    code, _, quiet = run_module(*args)
+    assert code == 0 and "oneDNN" not in quiet and "I0000" not in quiet
+    code, _, verbose = run_module(*args, "--verbose")
+    assert code == 0 and "oneDNN" in verbose
+
+
+def test_a_backend_cannot_change_once_keras_runs(capsys, trained_run):
+    import keras
+
+    other = next(b for b in cli.BACKENDS if b != keras.backend.backend())
+    code, _, err = run_cli(capsys, "translate", "--backend", other, "--run", str(trained_run.path))
+    assert code == 2 and "before Keras starts" in err
+
+
+def test_importing_the_package_does_not_start_keras():
+    code = "import sys, mintransformer, mintransformer.cli; print('keras' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr

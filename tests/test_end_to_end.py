@@ -12,10 +12,12 @@ import time
 import numpy as np
 import pytest
 
+from mintransformer import checkpoints
+from mintransformer.config import TranslationConfig
 from mintransformer.data.corpora import load_corpus, numbers_spec, parallel_spec
-from mintransformer.run import RunDirectory, TranslationConfig
-from mintransformer.training import checkpoints
-from mintransformer.training.translation import build_model, train_translation
+from mintransformer.loading import build_model
+from mintransformer.run import RunDirectory
+from mintransformer.training.translation import train_translation
 from mintransformer.translation import Translator, score
 from tests.conftest import train_run
 
@@ -26,10 +28,10 @@ DEMO_SPEC = numbers_spec(num_train=12000, num_val=200, num_test=300)
 
 
 def train_demo_recipe(path, **overrides):
-    """The demo recipe (`PRESETS["numbers"]`) on a smaller corpus; returns its Translator."""
-    from mintransformer.cli import PRESETS
+    """The demo recipe (the "numbers" preset) on a smaller corpus; returns its Translator."""
+    from mintransformer.config import PRESETS
 
-    settings = {**PRESETS["numbers"], "epochs": 5, "warmup_steps": 100, **overrides}
+    settings = {**PRESETS["translation"]["numbers"], "epochs": 5, "warmup_steps": 100, **overrides}
     return train_run(path, DEMO_SPEC, **settings)[0]
 
 
@@ -108,9 +110,8 @@ BLEU_FLOOR = 10.0
 
 def test_small_classifier_on_real_imdb_beats_an_untrained_one(tmp_path, shared_data_dir):
     from mintransformer.classification import Classifier
+    from mintransformer.config import ClassificationConfig
     from mintransformer.data.labelled import read_labelled, split_validation
-    from mintransformer.run import ClassificationConfig
-    from mintransformer.training.classification import build_model as build_classifier
     from mintransformer.training.classification import train_classification
 
     reviews = read_labelled(shared_data_dir / "imdb" / "train.jsonl.gz")
@@ -136,7 +137,7 @@ def test_small_classifier_on_real_imdb_beats_an_untrained_one(tmp_path, shared_d
     texts = [text for text, _ in held_out]
     labels = np.array([int(label) for _, label in held_out])
     trained = Classifier(model, tokenizer, config).probabilities(texts).argmax(-1)
-    untrained = Classifier(build_classifier(config, tokenizer.vocab_size), tokenizer, config)
+    untrained = Classifier(build_model(config, tokenizer.vocab_size), tokenizer, config)
     assert (untrained.probabilities(texts).argmax(-1) == labels).mean() < 0.6
     assert (trained == labels).mean() >= ACCURACY_FLOOR
 

@@ -102,7 +102,7 @@ def test_padded_columns_get_zero_weight_and_match_the_unpadded_maps(trained_run,
         (padded, np.array([target, target], "int32")), return_attention_weights=True
     )
     n = len(short)
-    for kind, key in (("encoder", "encoder_layer1"), ("cross", "decoder_layer1_block2")):
+    for kind, key in (("encoder", "encoder_layer1"), ("cross", "decoder_layer1_cross_attention")):
         batched = to_numpy(weights[key])[0]
         np.testing.assert_array_equal(batched[..., n:], 0.0)
         rows = batched[:, :n] if kind == "encoder" else batched

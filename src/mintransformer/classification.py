@@ -16,10 +16,10 @@ from keras import ops
 from tqdm.auto import tqdm
 
 from mintransformer.backend_adapter import compile_inference
+from mintransformer.config import ClassificationConfig
 from mintransformer.data.batching import batch_by_length, pad_batch
-from mintransformer.data.labelled import LabelSet, clean_text, read_labelled
-from mintransformer.run import RunDirectory
-from mintransformer.training.classification import encode_texts, load_trained
+from mintransformer.data.labelled import LabelSet, clean_text, encode_texts, read_labelled
+from mintransformer.loading import load_trained
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Accuracy:
 class Classifier:
     """Classifies with a model, tokenizer and config; `Classifier.from_run(dir)` loads a run."""
 
-    def __init__(self, model, tokenizer, config):
+    def __init__(self, model, tokenizer, config: ClassificationConfig):
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
@@ -55,13 +55,16 @@ class Classifier:
 
     @classmethod
     def from_run(cls, path: str | Path) -> Classifier:
-        return cls(*load_trained(RunDirectory.open(path)))
+        return cls(*load_trained(path, ClassificationConfig))
 
     def probabilities(
         self, texts: Sequence[str], max_tokens: int = 32768, progress: bool = False
     ) -> np.ndarray:
         """`(len(texts), num_classes)` class probabilities, in input order."""
-        token_ids = encode_texts(self.tokenizer, [clean_text(t) for t in texts], self.config)
+        cleaned = [clean_text(t) for t in texts]
+        token_ids = encode_texts(
+            self.tokenizer, cleaned, self.config.max_length, self.config.truncation
+        )
         result = np.zeros((len(texts), len(self.labels.names)), "float32")
         batches = batch_by_length(
             [len(ids) for ids in token_ids], max_tokens=max_tokens, shuffle=False, seed=0

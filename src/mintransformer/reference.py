@@ -1,4 +1,4 @@
-"""Float64 NumPy attention (the course material's "Level 0"): the reference tests compare to.
+"""Float64 NumPy attention: the plain reference the tests compare the Keras layers to.
 
 Written independently of the Keras layers and kept deliberately plain.
 """

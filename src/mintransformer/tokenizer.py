@@ -6,13 +6,13 @@ Words are marked sentencepiece-style with a leading "▁", so subword strings st
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
+
+from mintransformer.files import atomic_write
 
 
 class Tokenizer:
@@ -116,16 +116,7 @@ class Tokenizer:
         Args:
             path: Destination file; its directory must exist.
         """
-        path = Path(path)
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as tmp:
-                tmp.write(self._hf.to_str())
-            os.chmod(tmp_name, 0o644)  # mkstemp creates owner-only files
-            os.replace(tmp_name, path)
-        except BaseException:
-            os.unlink(tmp_name)
-            raise
+        atomic_write(path, lambda f: f.write(self._hf.to_str().encode("utf-8")))
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:

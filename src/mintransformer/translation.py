@@ -16,13 +16,13 @@ import numpy as np
 import sacrebleu
 from tqdm.auto import tqdm
 
+from mintransformer.config import TranslationConfig
 from mintransformer.data.batching import pad_batch
-from mintransformer.data.parallel import normalize_text, read_lines
+from mintransformer.data.text import normalize_text, read_lines
 from mintransformer.decoding.beam import beam_search
 from mintransformer.decoding.greedy import greedy_search
 from mintransformer.decoding.steps import CachedSteps
-from mintransformer.run import RunDirectory
-from mintransformer.training.translation import load_trained
+from mintransformer.loading import load_trained
 
 
 @dataclass
@@ -61,19 +61,27 @@ class Translator:
         model: a built `Transformer`.
         tokenizer: its `Tokenizer`.
         max_output_length: most target tokens per sentence (</s> included).
+        config: the run's `TranslationConfig`, where there is one (for `evaluate_split`).
     """
 
-    def __init__(self, model, tokenizer, max_output_length: int | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        max_output_length: int | None = None,
+        config: TranslationConfig | None = None,
+    ):
         self.model = model
         self.tokenizer = tokenizer
+        self.config = config
         self.max_source_length = model.encoder.max_length - 1  # </s> is appended
         self.max_output_length = max_output_length or model.decoder.max_length
         self.steps = CachedSteps(model, self.max_output_length)
 
     @classmethod
     def from_run(cls, path: str | Path, max_output_length: int | None = None) -> Translator:
-        model, tokenizer, _ = load_trained(RunDirectory.open(path))
-        return cls(model, tokenizer, max_output_length)
+        model, tokenizer, config = load_trained(path, TranslationConfig)
+        return cls(model, tokenizer, max_output_length, config)
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
         encoded = self.tokenizer.encode_batch([normalize_text(t) for t in texts])
@@ -153,6 +161,34 @@ class Translator:
         hypotheses = self.translate(list(references), **options)
         _write_lines(output_file, hypotheses)
         return score(hypotheses, list(references.values()))
+
+    def evaluate_split(
+        self, split: str, output_file: str | Path | None = None, **options
+    ) -> Scores:
+        """Scores a split ("val" or "test") of the corpus the run was trained on."""
+        from mintransformer.data.corpora import load_corpus
+
+        if self.config is None:
+            raise ValueError("this Translator has no run config: load it with from_run")
+        splits = load_corpus(self.config.data)
+        if split not in splits:
+            raise ValueError(f"this run's corpus has no {split!r} split: {sorted(splits)}")
+        return self.evaluate_pairs(splits[split], output_file, **options)
+
+    def report(self, pairs: Sequence[tuple[str, str]], beam_size: int = 1, shown: int = 5) -> str:
+        """Scores, exact-match rate and a few examples of translating held-out `pairs`."""
+        sources = [source for source, _ in pairs]
+        references = [target for _, target in pairs]
+        hypotheses = self.translate(sources, beam_size=beam_size, progress=True)
+        exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / len(pairs)
+        lines = [
+            f"held-out ({len(pairs)} sentences): {score(hypotheses, references)}  "
+            f"exact match {100 * exact:.1f}%"
+        ]
+        lines += [
+            f"  {s}  ->  {h}" for s, h in zip(sources[:shown], hypotheses[:shown], strict=True)
+        ]
+        return "\n".join(lines)
 
 
 def _write_lines(path: str | Path | None, lines: Sequence[str]) -> None:

@@ -22,8 +22,8 @@ from mintransformer.layers.positional import sinusoidal_table  # noqa: E402, F40
 
 KINDS = {
     "encoder": "encoder_layer{}",
-    "decoder": "decoder_layer{}_block1",
-    "cross": "decoder_layer{}_block2",
+    "decoder": "decoder_layer{}_self_attention",
+    "cross": "decoder_layer{}_cross_attention",
 }
 
 
@@ -37,8 +37,9 @@ class AttentionMaps:
         output_tokens: what each decoder position predicts: the translation's
             subwords then `</s>`. Rows of decoder and cross-attention maps.
         translation: the translated text.
-        weights: {"encoder_layer1": (heads, src, src), "decoder_layer1_block1":
-            (heads, tgt, tgt), "decoder_layer1_block2": (heads, tgt, src), ...}.
+        weights: {"encoder_layer1": (heads, src, src),
+            "decoder_layer1_self_attention": (heads, tgt, tgt),
+            "decoder_layer1_cross_attention": (heads, tgt, src), ...}.
     """
 
     source_tokens: list[str]

@@ -1,26 +1,32 @@
-"""The compiled beam search (`CachedSteps.beam`) against `beam_search`'s Python loop.
+"""Beam search: the compiled loop (`compiled_beam`) against the Python loop (`python_beam`).
 
 `beam_search` runs `CachedSteps` as one compiled call and drives any other steps
-object with its Python loop; wrapping the same `CachedSteps` in `StepByStep` gives
-that loop the same model, so hypotheses and scores must agree.
+object with `python_beam`; run on the same `CachedSteps`, both see the same model,
+so hypotheses and scores must agree.
 """
 
 import numpy as np
 import pytest
 
-from mintransformer.decoding.beam import beam_search
+from mintransformer.decoding import beam
+from mintransformer.decoding.beam import (
+    beam_search,
+    length_penalty,
+    python_beam,
+    top_candidates,
+)
+from mintransformer.decoding.greedy import greedy_search
 from mintransformer.decoding.steps import CachedSteps, FullRecomputeSteps
-from tests.conftest import padded_sources, varied_model
+from tests.conftest import (
+    StepByStep,
+    padded_sources,
+    random_transformer,
+    record_calls,
+    varied_model,
+)
 
-START = 1
+START, END = 1, 2
 CACHE = 12
-
-
-class StepByStep:
-    """The start/step/reorder interface of `steps`, so `beam_search` takes its Python loop."""
-
-    def __init__(self, steps):
-        self.start, self.step, self.reorder = steps.start, steps.step, steps.reorder
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +36,8 @@ def setup():
 
 
 def both(cached, sources, **options):
-    """`beam_search` on `cached` as one compiled call, and driven by the Python loop."""
-    return beam_search(cached, sources, **options), beam_search(
-        StepByStep(cached), sources, **options
-    )
+    """`beam_search` on `cached` (one compiled call), and `python_beam` on it."""
+    return beam_search(cached, sources, **options), python_beam(cached, sources, **options)
 
 
 def assert_same(compiled, loop):
@@ -77,3 +81,100 @@ def test_beam_search_longer_than_the_cache_is_refused(setup):
     _, cached, sources = setup
     with pytest.raises(ValueError, match="exceeds the cache"):
         beam_search(cached, sources, start_id=START, end_id=2, max_length=CACHE + 1)
+
+
+def test_beam_search_runs_the_compiled_loop_only_for_steps_that_have_one(setup, monkeypatch):
+    model, cached, sources = setup
+    ran = record_calls(monkeypatch, beam, "compiled_beam", "python_beam")
+    options = dict(start_id=START, end_id=20, max_length=3, beam_size=2, alpha=0.6)
+    results = [
+        beam_search(steps, sources, **options)
+        for steps in (cached, FullRecomputeSteps(model, 3), StepByStep(cached))
+    ]
+    assert ran == ["compiled_beam", "python_beam", "python_beam"]
+    assert results[0][0] == results[1][0] == results[2][0]
+
+
+class TableSteps:
+    """A constructed 'model': next-token probabilities depend only on the last token."""
+
+    def __init__(self, table):
+        self.log_table = np.log(np.asarray(table, dtype="float64") + 1e-12)
+
+    def start(self, source_ids, repeat=1):
+        return None
+
+    def step(self, tokens, index, state):
+        return self.log_table[tokens], state
+
+    def reorder(self, state, indices):
+        return state
+
+    def score(self, tokens):
+        path = [START, *tokens, END]
+        return sum(self.log_table[a, b] for a, b in zip(path, path[1:], strict=False))
+
+
+# ids: 0 pad, 1 <s>, 2 </s>, 3 "A", 4 "B". Greedy takes A (0.6) and then has only poor
+# continuations; B (0.4) then </s> (0.9) is the more probable sentence.
+TRAP = [
+    [0, 0, 0, 0, 0],
+    [0, 0, 0.0, 0.6, 0.4],
+    [0, 0, 1.0, 0, 0],
+    [0, 0, 0.3, 0.35, 0.35],
+    [0, 0, 0.9, 0.05, 0.05],
+]
+
+
+def test_beam_search_finds_a_more_probable_sentence_than_greedy():
+    steps = TableSteps(TRAP)
+    source = np.zeros((1, 1), "int32")
+    greedy = greedy_search(steps, source, start_id=START, end_id=END, max_length=6)[0]
+    beams, scores = beam_search(
+        steps, source, start_id=START, end_id=END, max_length=6, beam_size=3, alpha=0.0
+    )
+    assert greedy[0] == 3 and beams[0] == [4]
+    assert steps.score(beams[0]) > steps.score(greedy)
+    assert scores[0] == pytest.approx(steps.score(beams[0]))
+
+
+def test_length_penalty_is_gnmt():
+    assert length_penalty(1, 0.0) == 1.0
+    assert length_penalty(7, 1.0) == pytest.approx(2.0)
+
+
+@pytest.fixture(scope="module")
+def model_and_sources():
+    return random_transformer(), padded_sources()
+
+
+def test_beam_size_one_equals_greedy(model_and_sources):
+    model, sources = model_and_sources
+    steps = CachedSteps(model, 12)
+    options = dict(start_id=START, end_id=END, max_length=12)
+    greedy = greedy_search(steps, sources, **options)
+    for alpha in (0.0, 1.0):
+        beams, _ = beam_search(steps, sources, beam_size=1, alpha=alpha, **options)
+        assert beams == greedy
+
+
+def test_cached_and_uncached_beam_search_agree(model_and_sources):
+    model, sources = model_and_sources
+    options = dict(start_id=START, end_id=END, max_length=10, beam_size=3, alpha=0.6)
+    cached = beam_search(CachedSteps(model, 10), sources, **options)
+    full = beam_search(FullRecomputeSteps(model, 10), sources, **options)
+    assert cached[0] == full[0]
+    np.testing.assert_allclose(cached[1], full[1], rtol=1e-4)
+
+
+def test_top_candidates_equal_a_full_sort():
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        totals = rng.normal(size=(3, int(rng.integers(1, 40))))
+        totals[rng.random(totals.shape) < 0.2] = -np.inf
+        count = min(6, totals.shape[1])
+        expected = np.argsort(-totals, axis=1, kind="stable")[:, :count]
+        got = top_candidates(totals, count)
+        # -inf ties may be picked in any order; every finite pick is the same column.
+        finite = np.isfinite(np.take_along_axis(totals, expected, axis=1))
+        np.testing.assert_array_equal(got[finite], expected[finite])

@@ -1,4 +1,4 @@
-"""The compiled greedy loop (`CachedSteps.greedy`) against the Python loop and the model.
+"""The compiled greedy loop (`compiled_greedy`) against the Python loop and the model.
 
 `greedy_search` runs `CachedSteps` as one compiled call and drives `FullRecomputeSteps`
 (which re-runs the whole model per token) with a Python loop: their tokens must be equal.
@@ -7,9 +7,17 @@
 import numpy as np
 import pytest
 
-from mintransformer.decoding.greedy import greedy_search
+from mintransformer.decoding import greedy
+from mintransformer.decoding.greedy import compiled_greedy, greedy_search
 from mintransformer.decoding.steps import CachedSteps, FullRecomputeSteps
-from tests.conftest import padded_sources, to_numpy, varied_model
+from tests.conftest import (
+    StepByStep,
+    padded_sources,
+    random_transformer,
+    record_calls,
+    to_numpy,
+    varied_model,
+)
 
 START = 1
 CACHE = 16
@@ -43,7 +51,7 @@ def cut_at(sentence, end_id):
     return sentence[: sentence.index(end_id)] if end_id in sentence else sentence
 
 
-def compiled_greedy(setup, batch, end_id, max_length=CACHE):
+def greedy_sentences(setup, batch, end_id, max_length=CACHE):
     """The compiled loop's sentences for the first `batch` sources."""
     _, cached, sources, _ = setup
     return greedy_search(
@@ -59,7 +67,7 @@ def test_compiled_greedy_gives_the_python_loop_tokens_when_rows_end_early(setup)
     end_id = end_at_different_lengths([row[:8] for row in unstopped])
     options = dict(start_id=START, end_id=end_id, max_length=8)
     reference = greedy_search(FullRecomputeSteps(model, 8), sources, **options)
-    assert compiled_greedy(setup, 5, end_id, 8) == reference
+    assert greedy_sentences(setup, 5, end_id, 8) == reference
     assert reference == [cut_at(row[:8], end_id) for row in unstopped]
 
 
@@ -69,7 +77,7 @@ def test_compiled_greedy_ends_each_row_at_its_first_end(setup, batch):
     *_, unstopped = setup
     end_id = end_at_different_lengths(unstopped)
     expected = [cut_at(row, end_id) for row in unstopped[:batch]]
-    assert compiled_greedy(setup, batch, end_id) == expected
+    assert greedy_sentences(setup, batch, end_id) == expected
 
 
 @pytest.mark.core
@@ -77,21 +85,23 @@ def test_compiled_greedy_ends_each_row_at_its_first_end(setup, batch):
 def test_compiled_greedy_stops_at_max_length_without_an_end(setup, batch):
     *_, unstopped = setup
     never_emitted = next(t for t in range(3, 40) if all(t not in row for row in unstopped))
-    assert compiled_greedy(setup, batch, never_emitted) == unstopped[:batch]
-    assert compiled_greedy(setup, batch, never_emitted, 7) == [row[:7] for row in unstopped[:batch]]
+    assert greedy_sentences(setup, batch, never_emitted) == unstopped[:batch]
+    assert greedy_sentences(setup, batch, never_emitted, 7) == [
+        row[:7] for row in unstopped[:batch]
+    ]
 
 
 @pytest.mark.core
 def test_an_end_as_the_first_token_gives_an_empty_sentence(setup):
     *_, unstopped = setup
-    assert compiled_greedy(setup, 1, unstopped[0][0]) == [[]]
+    assert greedy_sentences(setup, 1, unstopped[0][0]) == [[]]
 
 
 @pytest.mark.core
 def test_greedy_returns_a_token_matrix_and_lengths(setup):
     _, cached, sources, unstopped = setup
     end_id = end_at_different_lengths(unstopped)
-    tokens, lengths = cached.greedy(sources, START, end_id, max_length=10)
+    tokens, lengths = compiled_greedy(cached, sources, start_id=START, end_id=end_id, max_length=10)
     assert tokens.shape == (5, 10)
     for row, length, sentence in zip(tokens, lengths, unstopped, strict=True):
         assert row[:length].tolist() == cut_at(sentence, end_id)[:10]
@@ -101,4 +111,26 @@ def test_greedy_returns_a_token_matrix_and_lengths(setup):
 def test_greedy_longer_than_the_cache_is_refused(setup):
     _, cached, sources, _ = setup
     with pytest.raises(ValueError, match="exceeds the cache"):
-        cached.greedy(sources, START, 2, max_length=CACHE + 1)
+        compiled_greedy(cached, sources, start_id=START, end_id=2, max_length=CACHE + 1)
+
+
+@pytest.mark.core
+def test_cached_greedy_gives_the_same_tokens_as_recomputing_everything():
+    model, sources = random_transformer(), padded_sources()
+    options = dict(start_id=START, end_id=2, max_length=12)
+    cached = greedy_search(CachedSteps(model, 12), sources, **options)
+    full = greedy_search(FullRecomputeSteps(model, 12), sources, **options)
+    assert cached == full
+    assert max(len(c) for c in cached) > 3, "the test needs sentences of some length"
+
+
+def test_greedy_search_runs_the_compiled_loop_only_for_steps_that_have_one(setup, monkeypatch):
+    model, cached, sources, _ = setup
+    ran = record_calls(monkeypatch, greedy, "compiled_greedy", "python_greedy")
+    options = dict(start_id=START, end_id=2, max_length=3)
+    results = [
+        greedy_search(steps, sources, **options)
+        for steps in (cached, FullRecomputeSteps(model, 3), StepByStep(cached))
+    ]
+    assert ran == ["compiled_greedy", "python_greedy", "python_greedy"]
+    assert results[0] == results[1] == results[2]

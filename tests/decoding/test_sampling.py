@@ -4,22 +4,15 @@ import keras
 import numpy as np
 import pytest
 
-from mintransformer import LanguageModel
 from mintransformer.decoding.sampling import filter_logits, generate, next_tokens
-from tests.conftest import randomize_weights
+from tests.conftest import random_language_model
 
 PROMPTS = [[5, 6, 7], [9], [11, 12, 13, 14, 15, 16]]
 
 
-def random_lm(seed=1):
-    model = LanguageModel(2, 32, 4, 64, 40, 32, dropout_rate=0.0)
-    model(np.ones((1, 4), "int32"))
-    return randomize_weights(model, seed)
-
-
 @pytest.fixture(scope="module")
 def model():
-    return random_lm()
+    return random_language_model()
 
 
 @pytest.mark.core

@@ -91,7 +91,7 @@ def test_multi_head_attention_matches_float64_reference(heads, depth, q_len, k_l
 
 @pytest.mark.parametrize("key_dim", [None, 8])
 def test_multi_head_attention_matches_keras_multi_head_attention(key_dim):
-    """The paper's d_model // heads per head, and a wider head as in the IMDB notebook."""
+    """The paper's d_model // heads per head, and a wider head set by `key_dim`."""
     rng = np.random.default_rng(0)
     d_model, heads = 16, 4
     query = rng.normal(size=(3, 5, d_model)).astype("float32")

@@ -131,3 +131,17 @@ def test_config_round_trip_gives_the_same_layer(rng):
     clone.build((None, None))
     clone.set_weights(layer.get_weights())
     np.testing.assert_array_equal(to_numpy(clone(ids)), to_numpy(layer(ids)))
+
+
+def test_unscaled_embeddings_are_the_table_rows_plus_positions(rng):
+    layer = TokenAndPositionEmbedding(VOCAB, D_MODEL, MAX_LENGTH, scale_embeddings=False)
+    ids = rng.integers(0, VOCAB, size=(2, 6)).astype("int32")
+    out = to_numpy(layer(ids))
+    expected = (
+        to_numpy(layer.token_embedding.embeddings)[ids]
+        + sinusoidal_table(MAX_LENGTH, D_MODEL)[None, :6]
+    )
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    config = layer.get_config()
+    assert config["scale_embeddings"] is False
+    assert TokenAndPositionEmbedding.from_config(config).get_config() == config

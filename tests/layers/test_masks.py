@@ -36,7 +36,7 @@ def test_combined_mask_is_look_ahead_and_target_padding():
     np.testing.assert_array_equal(mask[:, 0], expected)
 
 
-def test_from_blocked_mask_converts_the_course_material_convention():
+def test_from_blocked_mask_converts_the_one_means_blocked_convention():
     blocked = np.array([[0.0, 0.0, 1.0]], dtype="float32")  # 1 = blocked
     np.testing.assert_array_equal(to_numpy(masks.from_blocked_mask(blocked)), [[True, True, False]])
 
@@ -57,3 +57,12 @@ def test_rank_3_masks_gain_a_head_axis_and_other_ranks_are_rejected():
     )
     with pytest.raises(ValueError, match="rank 3"):
         masks.check_attention_mask(ops.ones((3, 4), dtype="bool"))
+
+
+def test_check_padding_mask_names_the_argument_on_a_wrong_shape_or_dtype():
+    ids = np.ones((2, 3), "int32")
+    mask = np.ones((2, 3), bool)
+    assert masks.check_padding_mask(mask, ids, "my_mask") is mask
+    for wrong in (np.ones((2, 4), bool), np.ones((2, 3, 1), bool), np.ones((2, 3), "int32")):
+        with pytest.raises(ValueError, match="my_mask"):
+            masks.check_padding_mask(wrong, ids, "my_mask")

@@ -90,3 +90,22 @@ def test_padding_mask_of_the_wrong_shape_is_rejected(rng):
     model = small_classifier()
     with pytest.raises(ValueError, match="padding_mask"):
         model(token_batch(rng, [3], 4), padding_mask=np.ones((1, 5), bool))
+
+
+def test_stack_options_are_passed_on_and_saved(rng):
+    model = small_classifier(pad_id=None, scale_embeddings=False, use_bias=False)
+    config = model.get_config()
+    assert (config["pad_id"], config["scale_embeddings"], config["use_bias"]) == (
+        None,
+        False,
+        False,
+    )
+    assert model.encoder.embedding.scale_embeddings is False
+    assert all(not block.use_bias for block in model.encoder.blocks)
+    assert TextClassifier.from_config(config).get_config() == config
+    ids = token_batch(rng, [3, 5], 6)
+    padded = small_classifier(use_bias=False, scale_embeddings=False)
+    padded.set_weights(model.get_weights())
+    np.testing.assert_allclose(
+        to_numpy(model(ids, padding_mask=ids != 0)), to_numpy(padded(ids)), rtol=1e-5, atol=1e-6
+    )

@@ -52,6 +52,77 @@ def test_compiled_cached_steps_match_the_full_model(norm_first, rng):
         np.testing.assert_allclose(to_numpy(logits), full[:, t], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.core
+def test_an_explicit_padding_mask_equals_the_one_built_from_pad_id(rng):
+    model = small_model()
+    ids = rng.integers(1, VOCAB, size=(3, 8)).astype("int32")
+    ids[0, 5:] = 0
+    ids[1, :2] = 0  # left padding too
+    np.testing.assert_array_equal(to_numpy(model(ids, padding_mask=ids != 0)), to_numpy(model(ids)))
+
+
+@pytest.mark.core
+def test_without_pad_id_token_0_is_real_unless_the_mask_says_otherwise(rng):
+    model = small_model()
+    without = small_model(pad_id=None)
+    without.set_weights(model.get_weights())
+    ids = rng.integers(0, 4, size=(2, 8)).astype("int32")  # many zeros
+    assert (ids == 0).any()
+    np.testing.assert_allclose(
+        to_numpy(without(ids, padding_mask=ids != 0)), to_numpy(model(ids)), rtol=1e-5, atol=1e-6
+    )
+    everything = np.ones_like(ids, bool)
+    np.testing.assert_array_equal(
+        to_numpy(without(ids)), to_numpy(model(ids, padding_mask=everything))
+    )
+    assert not np.allclose(to_numpy(without(ids)), to_numpy(model(ids)), atol=1e-4)
+
+
+@pytest.mark.core
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_cached_steps_with_a_padding_mask_match_the_masked_full_model(norm_first, rng):
+    model = small_model(norm_first=norm_first, pad_id=None)
+    ids = rng.integers(0, VOCAB, size=(2, 7)).astype("int32")
+    keep = np.ones((2, 7), bool)
+    keep[0, :3] = False  # a left-padded prompt
+    keep[1, 4] = False
+    full = to_numpy(model(ids, padding_mask=keep))
+    step = compile_inference(model.step, model.variables)
+    cache = model.empty_cache(2, 9)
+    slots = keras.ops.convert_to_tensor(np.pad(keep, ((0, 0), (0, 2)), constant_values=True))
+    for t in range(ids.shape[1]):
+        logits, cache = step(
+            keras.ops.convert_to_tensor(ids[:, t : t + 1]),
+            keras.ops.convert_to_tensor(t, "int32"),
+            cache,
+            slots,
+        )
+        np.testing.assert_allclose(to_numpy(logits), full[:, t], rtol=1e-4, atol=1e-4)
+
+
+def test_wrong_padding_masks_are_value_errors_naming_the_argument():
+    model = small_model()
+    ids = np.ones((2, 4), "int32")
+    with pytest.raises(ValueError, match="padding_mask"):
+        model(ids, padding_mask=np.ones((2, 5), bool))
+    with pytest.raises(ValueError, match="padding_mask"):
+        model(ids, padding_mask=np.ones((2, 4), "float32"))
+    with pytest.raises(ValueError, match="padding_mask"):
+        model.step(ids[:, :1], 0, model.empty_cache(2, 6), np.ones((2, 5), bool))
+
+
+def test_gpt2_style_options_are_used_and_saved(tmp_path, rng):
+    model = small_model(scale_embeddings=False, use_bias=False, pad_id=None)
+    assert model.config["pad_id"] is None
+    assert model.decoder.embedding.scale_embeddings is False
+    assert not [w.path for w in model.weights if w.path.endswith("/bias")]
+    ids = rng.integers(0, VOCAB, size=(2, 6)).astype("int32")
+    model.save(tmp_path / "gpt2ish.keras")
+    loaded = keras.models.load_model(tmp_path / "gpt2ish.keras")
+    assert loaded.get_config() == model.get_config()
+    np.testing.assert_array_equal(to_numpy(loaded(ids)), to_numpy(model(ids)))
+
+
 def test_logits_are_float32_over_the_vocabulary_with_a_tied_projection():
     model = small_model()
     logits = model(np.ones((2, 5), "int32"))

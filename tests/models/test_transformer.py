@@ -31,7 +31,7 @@ def padded_batch(rng, batch, length, vocab, min_real=1):
     return ids
 
 
-def test_seed_forward_pass_shape():
+def test_paper_sized_forward_pass_shape():
     model = MinTransformer(4, 128, 8, 512, 8500, 8000, pe_input=1000, pe_target=1000)
     rng = np.random.default_rng(0)
     source = rng.integers(0, 8500, size=(64, 38))
@@ -40,17 +40,81 @@ def test_seed_forward_pass_shape():
     assert tuple(logits.shape) == (64, 36, 8000)
 
 
-def test_attention_weights_of_every_layer_are_returned_with_seed_keys():
+def test_attention_weights_of_every_layer_are_returned_by_name():
     model = small_model(num_layers=3)
     rng = np.random.default_rng(1)
     source, target = padded_batch(rng, 2, 7, 30), padded_batch(rng, 2, 5, 25)
     _, weights = model((source, target), return_attention_weights=True)
     expected = {f"encoder_layer{i}" for i in (1, 2, 3)}
-    expected |= {f"decoder_layer{i}_block{b}" for i in (1, 2, 3) for b in (1, 2)}
+    expected |= {
+        f"decoder_layer{i}_{kind}"
+        for i in (1, 2, 3)
+        for kind in ("self_attention", "cross_attention")
+    }
     assert set(weights) == expected
     assert tuple(weights["encoder_layer2"].shape) == (2, 4, 7, 7)
-    assert tuple(weights["decoder_layer3_block1"].shape) == (2, 4, 5, 5)
-    assert tuple(weights["decoder_layer3_block2"].shape) == (2, 4, 5, 7)
+    assert tuple(weights["decoder_layer3_self_attention"].shape) == (2, 4, 5, 5)
+    assert tuple(weights["decoder_layer3_cross_attention"].shape) == (2, 4, 5, 7)
+
+
+def test_rate_is_another_name_for_dropout_rate(tmp_path):
+    sizes = (4, 128, 8, 512, 8500, 8000)
+    model = MinTransformer(*sizes, pe_input=1000, pe_target=1000, rate=0.1, name="a")
+    same = MinTransformer(*sizes, pe_input=1000, pe_target=1000, dropout_rate=0.1, name="a")
+    assert model.get_config() == same.get_config()
+    assert model.get_config()["dropout_rate"] == 0.1 and "rate" not in model.get_config()
+    assert small_model(dropout_rate=None, rate=0.3).get_config()["dropout_rate"] == 0.3
+    assert Transformer(2, 16, 4, 32, 30, 25, 20, 20).get_config()["dropout_rate"] == 0.1
+    assert small_model(rate=0.0).get_config()["dropout_rate"] == 0.0
+    with pytest.raises(ValueError, match="rate"):
+        small_model(dropout_rate=0.2, rate=0.1)
+    small = small_model(dropout_rate=None, rate=0.2)
+    small((np.ones((1, 3), "int32"), np.ones((1, 3), "int32")))
+    small.save(tmp_path / "rate.keras")
+    assert keras.models.load_model(tmp_path / "rate.keras").get_config() == small.get_config()
+    for stack in (small.encoder, small.decoder):
+        assert stack.embedding.dropout.rate == 0.2
+        assert all(block.ffn_dropout.rate == 0.2 for block in stack.blocks)
+        assert all(block.self_attention.dropout_rate == 0.2 for block in stack.blocks)
+
+
+def test_stack_options_reach_every_layer_and_the_config():
+    model = small_model(scale_embeddings=False, use_bias=False, pad_id=None)
+    model((np.ones((1, 3), "int32"), np.ones((1, 3), "int32")))
+    config = model.get_config()
+    assert config["scale_embeddings"] is False and config["use_bias"] is False
+    assert config["pad_id"] is None
+    for stack in (model.encoder, model.decoder):
+        assert stack.embedding.scale_embeddings is False and stack.pad_id is None
+    biases = [w.path for w in model.weights if w.path.endswith("/bias")]
+    assert biases == [model.output_projection.bias.path]
+    assert Transformer.from_config(config).get_config() == config
+
+
+def test_without_pad_id_token_0_is_real_unless_a_mask_says_otherwise():
+    model = small_model(pad_id=None)
+    rng = np.random.default_rng(6)
+    source, target = padded_batch(rng, 3, 6, 30), padded_batch(rng, 3, 5, 25)
+    masked = model((source, target), source_mask=source != 0, target_mask=target != 0)
+    padded = small_model(pad_id=0)
+    padded((source, target))
+    padded.set_weights(model.get_weights())
+    np.testing.assert_allclose(
+        to_numpy(masked), to_numpy(padded((source, target))), rtol=1e-5, atol=1e-6
+    )
+    unmasked = to_numpy(model((source, target)))
+    all_real = dict(source_mask=np.ones_like(source, bool), target_mask=np.ones_like(target, bool))
+    np.testing.assert_array_equal(unmasked, to_numpy(model((source, target), **all_real)))
+    assert not np.allclose(unmasked, to_numpy(masked), atol=1e-4)
+
+
+def test_wrong_shaped_masks_are_value_errors_naming_the_argument():
+    model = small_model()
+    source, target = np.ones((2, 4), "int32"), np.ones((2, 3), "int32")
+    with pytest.raises(ValueError, match="source_mask"):
+        model((source, target), source_mask=np.ones((2, 5), bool))
+    with pytest.raises(ValueError, match="target_mask"):
+        model((source, target), target_mask=np.ones((2, 4), bool))
 
 
 def test_explicit_masks_equal_masks_built_from_pad_id():

@@ -1,4 +1,4 @@
-"""Our BERT layers reproduce a real pretrained BERT: all-MiniLM-L6-v2 (issue 7).
+"""Our BERT layers reproduce a real pretrained BERT: all-MiniLM-L6-v2.
 
 The reference numbers come from Hugging Face `transformers` (hidden states) and
 `sentence-transformers` (sentence embeddings) run on the files shipped by the

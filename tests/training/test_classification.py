@@ -8,9 +8,11 @@ import pytest
 
 from mintransformer import cli
 from mintransformer.classification import Classifier
+from mintransformer.config import ClassificationConfig
 from mintransformer.data.labelled import split_validation
-from mintransformer.run import ClassificationConfig, RunDirectory
-from mintransformer.training.classification import build_model, train_classification
+from mintransformer.loading import build_model
+from mintransformer.run import RunDirectory
+from mintransformer.training.classification import train_classification
 
 NEUTRAL = ["the", "a", "film", "movie", "plot", "actor", "story", "scene", "it", "was", "and"]
 POSITIVE = ["great", "wonderful", "superb", "moving"]
@@ -156,7 +158,7 @@ def test_an_unknown_schedule_is_refused():
 def test_bigram_and_schedule_flags_reach_the_config_and_the_model():
     argv = ["train", "classification", "--run", "r", "--ngram-buckets", "64"]
     args = cli.build_parser().parse_args([*argv, "--ngram-dropout", "0.3", "--schedule", "linear"])
-    overrides = cli._model_overrides(args)
+    overrides = cli.config_overrides(args, ClassificationConfig)
     assert overrides == {"ngram_buckets": 64, "ngram_dropout": 0.3, "schedule": "linear"}
     config = ClassificationConfig(labels=["neg", "pos"], **{**TINY, **overrides})
     embedding = build_model(config, vocab_size=200).encoder.embedding

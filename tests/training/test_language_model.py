@@ -4,21 +4,14 @@ import numpy as np
 import pytest
 
 from mintransformer import cli
-from mintransformer.data.text import WindowBatches, make_windows, read_text
-from mintransformer.run import (
-    LanguageModelConfig,
-    RunDirectory,
-    TranslationConfig,
-    config_from_json,
-)
-from mintransformer.training import translation
-from mintransformer.training.language_model import (
-    build_model,
-    load_trained_language_model,
-    split_windows,
-    train_language_model,
-)
-from mintransformer.training.translation import compile_for_training
+from mintransformer.config import LanguageModelConfig, TranslationConfig
+from mintransformer.data.text import read_text
+from mintransformer.data.windows import WindowBatches
+from mintransformer.loading import build_model, load_trained
+from mintransformer.run import RunDirectory
+from mintransformer.training import loop
+from mintransformer.training.language_model import split_windows, train_language_model
+from mintransformer.training.loop import compile_for_training
 from tests.conftest import to_numpy
 
 SUBJECTS = ["the cat", "the dog", "a bird", "my friend", "the old man"]
@@ -90,7 +83,7 @@ def validation_loss(model, tokenizer, config):
 
 
 def test_training_brings_the_validation_loss_far_below_an_untrained_models(trained_lm):
-    model, tokenizer, config = load_trained_language_model(trained_lm)
+    model, tokenizer, config = load_trained(trained_lm, LanguageModelConfig)
     trained = validation_loss(model, tokenizer, config)
     untrained = validation_loss(build_model(config, tokenizer.vocab_size), tokenizer, config)
     assert trained < 0.5 * untrained, (trained, untrained)
@@ -157,38 +150,16 @@ def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(
         RunDirectory.create(tmp_path / "a", config), lines, verbose=0
     )
     run = RunDirectory.create(tmp_path / "b", config)
-    original = translation.EpochCheckpoint.on_epoch_end
+    original = loop.EpochCheckpoint.on_epoch_end
 
     def stop_after_first_epoch(self, epoch, logs=None):
         original(self, epoch, logs)
         raise InterruptedRunError
 
-    monkeypatch.setattr(translation.EpochCheckpoint, "on_epoch_end", stop_after_first_epoch)
+    monkeypatch.setattr(loop.EpochCheckpoint, "on_epoch_end", stop_after_first_epoch)
     with pytest.raises(InterruptedRunError):
         train_language_model(run, lines, verbose=0)
     monkeypatch.undo()
     resumed, _ = train_language_model(run, lines, resume=True, verbose=0)
     for a, b in zip(resumed.weights, uninterrupted.weights, strict=True):
         np.testing.assert_allclose(to_numpy(a), to_numpy(b), rtol=1e-5, atol=1e-6)
-
-
-def test_windows_cover_every_next_token_pair_once():
-    stream = np.arange(20)
-    windows = make_windows(stream, 6)
-    assert windows.tolist() == [list(range(0, 7)), list(range(6, 13)), list(range(12, 19))]
-    batches = WindowBatches(np.arange(50)[:, None].repeat(7, 1), 16, shuffle=True, seed=3)
-    sizes = [len(batches[i][0]) for i in range(len(batches))]
-    assert sizes == [2, 16, 16, 16]  # the odd batch first (see WindowBatches)
-    seen = np.concatenate([batches[i][0][:, 0] for i in range(len(batches))])
-    assert sorted(seen.tolist()) == list(range(50))
-
-
-def test_configs_are_told_apart_by_their_task():
-    lm = LanguageModelConfig(text="t.txt", epochs=3)
-    assert config_from_json(lm.to_json()) == lm
-    translation_config = TranslationConfig(epochs=4)
-    assert config_from_json(translation_config.to_json()) == translation_config
-    legacy = translation_config.to_json().replace('"task": "translation",', "")  # older runs
-    assert '"task"' not in legacy and config_from_json(legacy) == translation_config
-    with pytest.raises(ValueError, match="unknown task"):
-        config_from_json('{"task": "poetry"}')

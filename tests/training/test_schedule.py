@@ -2,9 +2,9 @@ import keras
 import numpy as np
 import pytest
 
-from mintransformer.run import ClassificationConfig, TranslationConfig
-from mintransformer.training.schedule import CustomSchedule, LinearWarmupDecay
-from mintransformer.training.translation import warmup_adam
+from mintransformer.config import ClassificationConfig, TranslationConfig
+from mintransformer.training.loop import warmup_adam
+from mintransformer.training.schedule import CustomSchedule, LinearWarmupDecay, NoamSchedule
 from tests.conftest import to_numpy
 
 pytestmark = pytest.mark.core
@@ -16,22 +16,22 @@ def noam(step, d_model, warmup):
 
 
 def test_follows_the_paper_formula():
-    schedule = CustomSchedule(128, warmup_steps=50)
+    schedule = NoamSchedule(128, warmup_steps=50)
     for step in (0, 1, 10, 49, 50, 200, 5000):
         assert float(to_numpy(schedule(step))) == pytest.approx(noam(step, 128, 50), rel=1e-5)
 
 
 def test_for_peak_reaches_the_peak_at_the_end_of_warm_up():
-    schedule = CustomSchedule.for_peak(256, 600, peak=1e-3)
+    schedule = NoamSchedule.for_peak(256, 600, peak=1e-3)
     rates = [float(to_numpy(schedule(s))) for s in range(0, 2000, 3)]
     assert max(rates) <= 1e-3 * (1 + 1e-6)
     assert float(to_numpy(schedule(599))) == pytest.approx(1e-3, rel=1e-5)
 
 
 def test_serializes_with_keras():
-    schedule = CustomSchedule(64, 123, scale=2.0)
+    schedule = NoamSchedule(64, 123, scale=2.0)
     clone = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
-    assert isinstance(clone, CustomSchedule)
+    assert isinstance(clone, NoamSchedule)
     np.testing.assert_allclose(to_numpy(clone(77)), to_numpy(schedule(77)))
 
 
@@ -40,7 +40,7 @@ def test_serializes_with_keras():
 )
 def test_bad_arguments(args, argument):
     with pytest.raises(ValueError, match=argument):
-        CustomSchedule(*args)
+        NoamSchedule(*args)
 
 
 def linear(step, peak, warmup, total):
@@ -86,10 +86,25 @@ def optimizer_schedule(config, steps_per_epoch):
 
 def test_the_optimizer_uses_the_configs_schedule_fitted_to_the_run():
     noam = optimizer_schedule(TranslationConfig(warmup_steps=600, epochs=2), steps_per_epoch=100)
-    assert isinstance(noam, CustomSchedule) and noam.warmup_steps == 200
-    config = ClassificationConfig(schedule="linear", warmup_steps=30, epochs=2)
+    assert isinstance(noam, NoamSchedule) and noam.warmup_steps == 200
+    config = ClassificationConfig(
+        schedule="linear", warmup_steps=30, epochs=2, peak_learning_rate=1e-3
+    )
     schedule = optimizer_schedule(config, steps_per_epoch=50)
     assert isinstance(schedule, LinearWarmupDecay)
     assert (schedule.peak, schedule.warmup_steps, schedule.total_steps) == (1e-3, 30, 100)
     short = optimizer_schedule(config, steps_per_epoch=10)
     assert (short.warmup_steps, short.total_steps) == (19, 20)
+
+
+def test_the_tutorial_name_is_the_noam_schedule():
+    assert CustomSchedule is NoamSchedule
+    restored = keras.optimizers.schedules.deserialize(
+        {
+            "module": None,
+            "class_name": "CustomSchedule",
+            "config": NoamSchedule(64).get_config(),
+            "registered_name": "mintransformer>CustomSchedule",
+        }
+    )
+    assert isinstance(restored, NoamSchedule) and restored.d_model == 64

@@ -3,10 +3,13 @@
 import numpy as np
 import pytest
 
+from mintransformer import checkpoints
+from mintransformer.config import TranslationConfig
 from mintransformer.data.corpora import load_corpus, numbers_spec
-from mintransformer.run import RunDirectory, TranslationConfig
-from mintransformer.training import checkpoints
-from mintransformer.training.translation import load_trained, train_translation
+from mintransformer.loading import load_trained
+from mintransformer.run import RunDirectory
+from mintransformer.training import loop
+from mintransformer.training.translation import train_translation
 from tests.conftest import to_numpy
 
 TINY = dict(
@@ -51,7 +54,7 @@ def test_a_run_writes_its_directory_and_reloads(tmp_path, corpus):
         assert path.is_file(), path
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1, 2]
     assert len(run.log_path.read_text().strip().splitlines()) == 3  # header + 2 epochs
-    loaded, tokenizer, config = load_trained(RunDirectory.open(run.path))
+    loaded, tokenizer, config = load_trained(run.path, TranslationConfig)
     assert config == run.config()
     for a, b in zip(weights_of(loaded), weights_of(model), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -72,19 +75,18 @@ def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(
     uninterrupted, _ = train_translation(start(tmp_path / "a", epochs=3), corpus, verbose=0)
 
     run = start(tmp_path / "b", epochs=3)
-    from mintransformer.training import translation
 
-    original = translation.EpochCheckpoint.on_epoch_end
+    original = loop.EpochCheckpoint.on_epoch_end
 
     def stop_after_second_epoch(self, epoch, logs=None):
         original(self, epoch, logs)
         if epoch == 1:
             raise InterruptedRunError
 
-    monkeypatch.setattr(translation.EpochCheckpoint, "on_epoch_end", stop_after_second_epoch)
+    monkeypatch.setattr(loop.EpochCheckpoint, "on_epoch_end", stop_after_second_epoch)
     with pytest.raises(InterruptedRunError):
         train_translation(run, corpus, verbose=0)
-    monkeypatch.setattr(translation.EpochCheckpoint, "on_epoch_end", original)
+    monkeypatch.setattr(loop.EpochCheckpoint, "on_epoch_end", original)
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1, 2]
     resumed, _ = train_translation(run, corpus, resume=True, verbose=0)
     for a, b in zip(weights_of(resumed), weights_of(uninterrupted), strict=True):

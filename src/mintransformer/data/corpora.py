@@ -51,6 +51,29 @@ def tsv_spec(
     )
 
 
+def corpus_spec(
+    *,
+    train: str | None = None,
+    val: str | None = None,
+    test: str | None = None,
+    src: str | None = None,
+    tgt: str | None = None,
+    tsv: str | None = None,
+    val_fraction: float = 0.02,
+    test_fraction: float = 0.02,
+    seed: int = 0,
+    num_train: int = 30_000,
+) -> dict:
+    """The corpus these options name: a TSV file, parallel files, else the numbers."""
+    if tsv:
+        return tsv_spec(tsv, val_fraction, test_fraction, seed)
+    if train:
+        if not (val and src and tgt):
+            raise ValueError("training files (--train) need --val, --src and --tgt too")
+        return parallel_spec(train, val, src, tgt, test)
+    return numbers_spec(num_train=num_train)
+
+
 def _absolute(path: str) -> str:
     return str(Path(path).expanduser().resolve())
 

@@ -193,3 +193,43 @@ def truncate(ids: Sequence[int], max_length: int, mode: str) -> list[int]:
         head = max_length // 4
         return ids[:head] + ids[len(ids) - (max_length - head) :]
     raise ValueError(f"unknown truncation {mode!r}: expected head, tail or head_tail")
+
+
+def encode_texts(
+    tokenizer, texts: Sequence[str], max_length: int, truncation: str
+) -> list[list[int]]:
+    """`<s>` + each text's tokens, cut by `truncation` to `max_length` tokens in all."""
+    return [
+        [tokenizer.start_id, *truncate(ids, max_length - 1, truncation)]
+        for ids in tokenizer.encode_batch(list(texts))
+    ]
+
+
+def load_splits(data: dict, seed: int) -> dict[str, list[tuple[str, str]]]:
+    """The train / val [/ test] splits a classification config's `data` names.
+
+    `data` holds the paths "train", "val" and "test" (None where not given) and
+    "val_fraction": without a "val" file, a seeded fraction of train becomes val.
+    """
+    train = read_labelled(data["train"])
+    if data.get("val"):
+        splits = {"train": train, "val": read_labelled(data["val"])}
+    else:
+        train, val = split_validation(train, data["val_fraction"], seed)
+        splits = {"train": train, "val": val}
+    if data.get("test"):
+        splits["test"] = read_labelled(data["test"])
+    return splits
+
+
+def data_spec(
+    train: str | Path,
+    val: str | Path | None = None,
+    test: str | Path | None = None,
+    val_fraction: float = 0.1,
+) -> dict:
+    """A classification config's `data`: absolute paths of the splits, and `val_fraction`
+    (the share of train carved out for validation when there is no `val` file)."""
+    paths = {"train": train, "val": val, "test": test}
+    spec = {k: str(Path(v).expanduser().resolve()) if v else None for k, v in paths.items()}
+    return {**spec, "val_fraction": val_fraction}

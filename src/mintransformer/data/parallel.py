@@ -7,74 +7,21 @@ Two layouts are supported:
 * Tatoeba / Anki style: one ``SRC<TAB>TGT`` pair per line, maybe with more columns after
   (:func:`read_tsv_pairs`).
 
-Every sentence goes through :func:`normalize_text`. Tatoeba's French puts no-break spaces
-before ``! ? : ;``; without normalisation a tokenizer sees "Salut !" with two different spaces
-as two different strings.
+Every sentence goes through ``data.text.normalize_text``. Tatoeba's French puts no-break
+spaces before ``! ? : ;``; without normalisation a tokenizer sees "Salut !" with two
+different spaces as two different strings.
 
 In Tatoeba one English sentence often has several French translations. A random split of the
 pairs would then put "Go." -> "Va !" in train and "Go." -> "Marche." in test, and the test
 score would measure memory. :func:`split_by_source` splits by source sentence instead.
 """
 
-import gzip
 import random
 import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
-_NO_BREAK_SPACES = str.maketrans({"\u00a0": " ", "\u202f": " ", "\u2007": " "})
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """Reads a UTF-8 text file, or a gzip of one if its name ends in ``.gz``.
-
-    Args:
-        path: The file to read.
-
-    Returns:
-        The lines, each without its trailing newline (``\\n`` or ``\\r\\n``) and otherwise
-        unchanged. A byte order mark at the start of the file is dropped.
-
-    Raises:
-        FileNotFoundError: If there is no such file.
-        ValueError: If ``path`` is not a file, is not valid gzip, or a line is not valid UTF-8.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"No such file: {path}")
-    if not path.is_file():
-        raise ValueError(f"Not a file: {path}")
-    opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            data = f.read()
-    except (gzip.BadGzipFile, EOFError) as error:
-        raise ValueError(f"{path}: not a valid gzip file ({error})") from error
-    try:
-        text = data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise ValueError(f"{path}: line {line} is not valid UTF-8 ({error.reason})") from error
-    if not text:
-        return []
-    # split("\n"), not splitlines(): the latter also splits at characters such as U+2028.
-    lines = text.removesuffix("\n").split("\n")
-    return [line.removesuffix("\r") for line in lines]
-
-
-def normalize_text(text: str) -> str:
-    """Normalises a sentence: Unicode NFC, plain spaces only, single spaces, no outer spaces.
-
-    Args:
-        text: The sentence.
-
-    Returns:
-        ``text`` in NFC form, with the no-break spaces U+00A0, U+202F and U+2007 made plain
-        spaces, every run of whitespace made one space, and leading and trailing whitespace
-        removed.
-    """
-    text = unicodedata.normalize("NFC", text).translate(_NO_BREAK_SPACES)
-    return " ".join(text.split())
+from mintransformer.data.text import normalize_text, read_lines
 
 
 def read_parallel(prefix: str | Path, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:

@@ -1,20 +1,64 @@
-"""Plain text for language modelling: lines -> one token stream -> fixed windows -> batches.
-
-The stream convention: </s> ends every line and also opens the stream, so </s>
-reads "a line starts here". A prompt is `[</s>] + ids(text)`: an empty prompt
-asks for a line from scratch, and generated </s> tokens decode as line breaks.
-"""
+"""Reading and normalising text, for every task: UTF-8 (or gzip) lines, NFC, plain spaces."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gzip
+import unicodedata
 from pathlib import Path
 
-import keras
-import numpy as np
+_NO_BREAK_SPACES = str.maketrans({"\u00a0": " ", "\u202f": " ", "\u2007": " "})
 
-from mintransformer.data.parallel import normalize_text, read_lines
-from mintransformer.tokenizer import Tokenizer
+
+def read_lines(path: str | Path) -> list[str]:
+    """Reads a UTF-8 text file, or a gzip of one if its name ends in ``.gz``.
+
+    Args:
+        path: The file to read.
+
+    Returns:
+        The lines, each without its trailing newline (``\\n`` or ``\\r\\n``) and otherwise
+        unchanged. A byte order mark at the start of the file is dropped.
+
+    Raises:
+        FileNotFoundError: If there is no such file.
+        ValueError: If ``path`` is not a file, is not valid gzip, or a line is not valid UTF-8.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"No such file: {path}")
+    if not path.is_file():
+        raise ValueError(f"Not a file: {path}")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (gzip.BadGzipFile, EOFError) as error:
+        raise ValueError(f"{path}: not a valid gzip file ({error})") from error
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ValueError(f"{path}: line {line} is not valid UTF-8 ({error.reason})") from error
+    if not text:
+        return []
+    # split("\n"), not splitlines(): the latter also splits at characters such as U+2028.
+    lines = text.removesuffix("\n").split("\n")
+    return [line.removesuffix("\r") for line in lines]
+
+
+def normalize_text(text: str) -> str:
+    """Normalises a sentence: Unicode NFC, plain spaces only, single spaces, no outer spaces.
+
+    Args:
+        text: The sentence.
+
+    Returns:
+        ``text`` in NFC form, with the no-break spaces U+00A0, U+202F and U+2007 made plain
+        spaces, every run of whitespace made one space, and leading and trailing whitespace
+        removed.
+    """
+    text = unicodedata.normalize("NFC", text).translate(_NO_BREAK_SPACES)
+    return " ".join(text.split())
 
 
 def read_text(path: str | Path) -> list[str]:
@@ -31,92 +75,10 @@ def read_text(path: str | Path) -> list[str]:
     return lines
 
 
-def token_stream(tokenizer: Tokenizer, lines: Sequence[str]) -> np.ndarray:
-    """int32 `(num_tokens,)`: `</s> line1 </s> line2 </s> ...`."""
-    stream = [tokenizer.end_id]
-    for ids in tokenizer.encode_batch(list(lines)):
-        stream += ids
-        stream.append(tokenizer.end_id)
-    return np.asarray(stream, "int32")
+def __getattr__(name: str):
+    # The language-model stream helpers moved to `data.windows`; old imports keep working.
+    if name in {"token_stream", "make_windows", "prompt_ids", "decode_text", "WindowBatches"}:
+        from mintransformer.data import windows
 
-
-def make_windows(stream: np.ndarray, max_length: int) -> np.ndarray:
-    """Cuts a stream into windows of `max_length + 1` tokens, one every `max_length`.
-
-    Neighbouring windows share one token, so every next-token pair of the stream
-    is a training example exactly once; the tail shorter than a window is dropped.
-
-    Returns:
-        int32 `(num_windows, max_length + 1)`; inputs `[:, :-1]`, labels `[:, 1:]`.
-    """
-    count = max((len(stream) - 1) // max_length, 0)
-    starts = np.arange(count) * max_length
-    return np.asarray(stream)[starts[:, None] + np.arange(max_length + 1)].astype("int32")
-
-
-def prompt_ids(tokenizer: Tokenizer, text: str) -> list[int]:
-    """The ids a prompt is fed as: `[</s>] + ids(text)`."""
-    return [tokenizer.end_id, *tokenizer.encode(normalize_text(text))]
-
-
-def decode_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
-    """Text of stream ids, with </s> as line breaks (a leading </s> is dropped)."""
-    ids = [int(i) for i in ids]
-    if ids and ids[0] == tokenizer.end_id:
-        ids = ids[1:]
-    lines, line = [], []
-    for token in ids:
-        if token == tokenizer.end_id:
-            lines.append(tokenizer.decode(line))
-            line = []
-        else:
-            line.append(token)
-    return "\n".join([*lines, tokenizer.decode(line)])
-
-
-class WindowBatches(keras.utils.PyDataset):
-    """`(inputs, labels)` int32 batches `(batch, max_length)` of windows, for `model.fit`.
-
-    Args:
-        windows: int `(num_windows, max_length + 1)` from `make_windows`.
-        batch_size: windows per batch (one batch may be smaller).
-        shuffle: re-shuffle the windows every epoch with the seed `seed + epoch`.
-        seed: base seed of the shuffling.
-        **kwargs: `keras.utils.PyDataset` options.
-    """
-
-    def __init__(self, windows: np.ndarray, batch_size: int, shuffle: bool, seed: int = 0, **kw):
-        super().__init__(**kw)
-        if len(windows) == 0:
-            raise ValueError("`windows` is empty: no batch to make.")
-        if batch_size < 1:
-            raise ValueError(f"`batch_size` must be positive, got {batch_size}.")
-        self.windows = np.asarray(windows, "int32")
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.set_epoch(0)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Draws the batches of `epoch`, e.g. when resuming training."""
-        self.epoch = epoch
-        count = len(self.windows)
-        order = np.arange(count)
-        if self.shuffle:
-            order = np.random.default_rng(self.seed + epoch).permutation(count)
-        batches = [order[i : i + self.batch_size] for i in range(0, count, self.batch_size)]
-        # A smaller last batch goes first: Keras' TensorFlow adapter fixes the batch
-        # dimension when its first two batches share it, and a later odd batch then fails.
-        if len(batches) > 1 and len(batches[-1]) < self.batch_size:
-            batches.insert(0, batches.pop())
-        self._batches = batches
-
-    def on_epoch_end(self) -> None:
-        self.set_epoch(self.epoch + 1)
-
-    def __len__(self) -> int:
-        return len(self._batches)
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        rows = self.windows[self._batches[index]]
-        return rows[:, :-1], rows[:, 1:]
+        return getattr(windows, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

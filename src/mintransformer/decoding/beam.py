@@ -7,17 +7,27 @@ is done when it has `beam_size` finished hypotheses; the winner maximises
 
     log P(Y | X) / lp(Y),   lp(Y) = ((5 + |Y|) / 6) ** alpha
 
-With `beam_size=1` this is exactly greedy search. With `CachedSteps` the whole
-search is one compiled call (`CachedSteps.beam`); any other steps object (the
-`FullRecomputeSteps` reference) is driven by the Python loop below, which is
-also the specification the compiled loop is tested against.
+With `beam_size=1` this is exactly greedy search. `beam_search` runs
+`compiled_beam` for steps objects with `compiled_loops` (`CachedSteps`): the whole
+search is one compiled call, top-k, retiring of finished hypotheses and cache
+reordering included. Any other steps object (the `FullRecomputeSteps` reference)
+is driven by `python_beam`, which is also the specification the compiled loop is
+tested against: both make the same choices.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import functools
 
-from mintransformer.decoding.steps import CachedSteps, length_penalty
+import numpy as np
+from keras import ops
+
+from mintransformer.decoding.steps import Steps
+
+
+def length_penalty(length, alpha):
+    """GNMT length penalty `((5 + length) / 6) ** alpha` (a number, or a float tensor)."""
+    return ((5.0 + length) / 6.0) ** alpha
 
 
 def top_candidates(totals: np.ndarray, count: int) -> np.ndarray:
@@ -37,7 +47,7 @@ def top_candidates(totals: np.ndarray, count: int) -> np.ndarray:
 
 
 def beam_search(
-    steps,
+    steps: Steps,
     source_ids,
     *,
     start_id: int,
@@ -45,7 +55,7 @@ def beam_search(
     max_length: int,
     beam_size: int = 4,
     alpha: float = 0.6,
-):
+) -> tuple[list[list[int]], list[float]]:
     """Decodes a batch with beam search.
 
     Args:
@@ -62,10 +72,29 @@ def beam_search(
     """
     if beam_size < 1:
         raise ValueError(f"`beam_size` must be >= 1, got {beam_size}.")
-    if isinstance(steps, CachedSteps):
-        return _best_compiled(
-            steps.beam(source_ids, start_id, end_id, max_length, beam_size, alpha), alpha
-        )
+    search = compiled_beam if getattr(steps, "compiled_loops", False) else python_beam
+    return search(
+        steps,
+        source_ids,
+        start_id=start_id,
+        end_id=end_id,
+        max_length=max_length,
+        beam_size=beam_size,
+        alpha=alpha,
+    )
+
+
+def python_beam(
+    steps: Steps,
+    source_ids,
+    *,
+    start_id: int,
+    end_id: int,
+    max_length: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+) -> tuple[list[list[int]], list[float]]:
+    """`beam_search`'s Python loop, one `steps.step` per token (any steps object)."""
     batch, k = len(source_ids), beam_size
     state = steps.start(source_ids, repeat=k)
     # Only the first beam of each source is live at the start (all beams are equal).
@@ -116,8 +145,129 @@ def beam_search(
     return [tokens for _, tokens in best], [float(score) for score, _ in best]
 
 
-def _best_compiled(outputs, alpha: float):
-    """`beam_search`'s result from `CachedSteps.beam`'s arrays (same choice as the loop)."""
+def compiled_beam(
+    steps,
+    source_ids,
+    *,
+    start_id: int,
+    end_id: int,
+    max_length: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+) -> tuple[list[list[int]], list[float]]:
+    """`beam_search` as one compiled call (compiled once per `beam_size`).
+
+    Args and returns as `beam_search`; `steps` has `compiled_loops` (`CachedSteps`)
+    and `max_length` is at most `steps.max_length` (the cache).
+    """
+    steps.check_length(max_length)
+    loop = steps.compiled_loop(("beam", beam_size), functools.partial(_beam_loop, steps, beam_size))
+    outputs = loop(
+        ops.convert_to_tensor(np.asarray(source_ids, "int32")),
+        *(ops.convert_to_tensor(value, "int32") for value in (start_id, end_id, max_length)),
+        ops.convert_to_tensor(alpha, "float32"),
+    )
+    return _best(tuple(ops.convert_to_numpy(value) for value in outputs), alpha)
+
+
+def _select(chosen, slot_of_candidate, slots: int):
+    """`(batch, slots, candidates)` bool: candidate j fills slot s where chosen and
+    `slot_of_candidate[:, j] == s` (each slot gets at most one candidate)."""
+    slot_ids = ops.arange(slots, dtype="int32")[None, :, None]
+    return ops.logical_and(chosen[:, None, :], slot_of_candidate[:, None, :] == slot_ids)
+
+
+def _pick(one_hot, values):
+    """`(batch, slots, candidates)` one-hot and `(batch, candidates)` -> `(batch, slots)`
+    (0 where a slot got no candidate)."""
+    return ops.sum(ops.where(one_hot, values[:, None, :], 0), axis=-1)
+
+
+def _beam_loop(steps, beam_size, source_ids, start_id, end_id, max_length, alpha):
+    """The tensors `compiled_beam` compiles: `python_beam`'s loop written in tensors.
+
+    Per step, the `2 * beam_size` best continuations of each source are scanned best
+    first, exactly as `python_beam` does: a </s> continuation is finished (while the
+    source has fewer than `beam_size` finished), any other fills the next live slot,
+    and the scan stops when the live slots are full. A source is done once it has
+    `beam_size` finished hypotheses.
+
+    Returns:
+        `(steps_run, live_scores (batch, beam), live (batch, beam, T), finished
+        (batch, beam, T), finished_scores, finished_lengths (batch, beam),
+        finished_count (batch,))`: `steps_run` tokens were decoded, live hypotheses
+        hold their total log-probability and finished ones their normalised score;
+        the first `finished_count` finished slots of a source are filled, in the
+        order they finished; `T` is `steps.max_length`.
+    """
+    k, width = beam_size, steps.max_length
+    batch = ops.shape(source_ids)[0]
+    state = steps.start_tensors(ops.repeat(source_ids, k, axis=0))
+    tokens = ops.full((batch * k,), start_id, "int32")
+    # Only the first beam is live at the start: all beams would be equal.
+    live_scores = ops.concatenate(
+        [ops.zeros((batch, 1)), ops.full((batch, k - 1), float("-inf"))], axis=1
+    )
+    live = ops.full((batch, k, width), end_id, "int32")
+    finished_state = (
+        ops.full((batch, k, width), end_id, "int32"),  # tokens
+        ops.full((batch, k), float("-inf")),  # normalised scores
+        ops.zeros((batch, k), "int32"),  # lengths
+        ops.zeros((batch,), "int32"),  # how many slots of each source are filled
+    )
+    row_offsets = ops.arange(batch, dtype="int32")[:, None] * k
+
+    def not_done(index, tokens, state, live_scores, live, finished_state):
+        return ops.logical_and(index < max_length, ops.any(finished_state[-1] < k))
+
+    def gather_beams(sequences, beams):
+        beams = ops.repeat(beams[:, :, None], width, axis=2)
+        return ops.take_along_axis(sequences, beams, axis=1)
+
+    def decode_one(index, tokens, state, live_scores, live, finished_state):
+        finished, finished_scores, finished_lengths, finished_count = finished_state
+        log_probs, state = steps.step_tensors(tokens, index, state)
+        vocab = ops.shape(log_probs)[-1]
+        totals = live_scores[:, :, None] + ops.reshape(log_probs, (batch, k, vocab))
+        top_totals, top = ops.top_k(ops.reshape(totals, (batch, k * vocab)), 2 * k)
+        top = ops.cast(top, "int32")
+        beams, next_tokens = top // vocab, top % vocab
+        is_end = next_tokens == end_id
+        ends_before = ops.cumsum(ops.cast(is_end, "int32"), axis=1) - ops.cast(is_end, "int32")
+        lives_before = ops.arange(2 * k, dtype="int32")[None, :] - ends_before
+        finished_slot = finished_count[:, None] + ends_before
+        # The Python loop's stop conditions only tighten along the sorted candidates,
+        # so the candidates it looks at are those meeting all three here.
+        scanned = ops.logical_and(
+            ops.logical_and(lives_before < k, finished_slot < k), ops.isfinite(top_totals)
+        )
+        to_finish = _select(ops.logical_and(scanned, is_end), finished_slot, k)
+        to_live = _select(ops.logical_and(scanned, ops.logical_not(is_end)), lives_before, k)
+
+        new = ops.any(to_finish, axis=-1)
+        normalised = top_totals / length_penalty(ops.cast(index + 1, "float32"), alpha)
+        finished_scores = ops.where(new, _pick(to_finish, normalised), finished_scores)
+        finished_lengths = ops.where(new, index, finished_lengths)
+        finished = ops.where(new[:, :, None], gather_beams(live, _pick(to_finish, beams)), finished)
+        finished_count = finished_count + ops.sum(ops.cast(new, "int32"), axis=1)
+
+        filled = ops.any(to_live, axis=-1)
+        live_scores = ops.where(filled, _pick(to_live, top_totals), float("-inf"))
+        parents = _pick(to_live, beams)
+        tokens = ops.where(filled, _pick(to_live, next_tokens), end_id)
+        live = ops.slice_update(gather_beams(live, parents), (0, 0, index), tokens[:, :, None])
+        state = steps.reorder_tensors(state, ops.reshape(parents + row_offsets, (-1,)))
+        finished_state = (finished, finished_scores, finished_lengths, finished_count)
+        return index + 1, ops.reshape(tokens, (-1,)), state, live_scores, live, finished_state
+
+    index = ops.convert_to_tensor(0, "int32")
+    loop_vars = (index, tokens, state, live_scores, live, finished_state)
+    index, _, _, live_scores, live, finished_state = ops.while_loop(not_done, decode_one, loop_vars)
+    return (index, live_scores, live, *finished_state)
+
+
+def _best(outputs, alpha: float) -> tuple[list[list[int]], list[float]]:
+    """`beam_search`'s result from `_beam_loop`'s arrays (the choice `python_beam` makes)."""
     steps_run, live_scores, live, finished, finished_scores, finished_lengths, counts = outputs
     sequences, scores = [], []
     for b, count in enumerate(counts):

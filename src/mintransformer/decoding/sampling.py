@@ -11,7 +11,9 @@ drawing from a seeded `np.random.default_rng`, so a seed reproduces a sample on
 every backend. The padding id is never generated: the model masks padded keys
 and a generated pad would change what later positions see.
 
-Each `generate` call compiles its step once (`compile_inference`: `tf.function`,
+`generate` drives the start / step protocol of `steps.py`: `CachedLanguageModelSteps`
+(the key/value cache) or `FullRecomputeLanguageModelSteps` (the whole model re-run on
+the prefix, the reference). Each call compiles its step once (`tf.function`,
 `jax.jit`, eager PyTorch) and reuses it for every position of that call.
 """
 
@@ -20,9 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from keras import ops
 
-from mintransformer.backend_adapter import compile_inference
+from mintransformer.decoding.steps import (
+    CachedLanguageModelSteps,
+    FullRecomputeLanguageModelSteps,
+)
 
 
 def filter_logits(
@@ -129,13 +133,17 @@ def generate(
     tokens = np.zeros((batch, positions + 1), "int32")
     for row, prompt in enumerate(prompt_ids):
         tokens[row, : lengths[row]] = prompt
-    next_logits = _cached_logits(model, batch, positions) if cached else _full_logits(model)
+    steps_class = CachedLanguageModelSteps if cached else FullRecomputeLanguageModelSteps
+    steps = steps_class(model, positions)
+    state = steps.start(batch)
     rng = np.random.default_rng(seed)
     outputs: list[list[int]] = [[] for _ in range(batch)]
     done = np.zeros(batch, bool)
     for index in range(positions):
-        logits = next_logits(tokens, index)
-        logits[:, pad_id] = -np.inf
+        logits, state = steps.step(tokens[:, index], index, state)
+        logits = np.array(logits)  # a writable copy
+        if pad_id is not None:
+            logits[:, pad_id] = -np.inf
         chosen = next_tokens(logits, rng, temperature, top_k, top_p)
         generating = index + 1 >= lengths
         tokens[generating, index + 1] = chosen[generating]
@@ -145,31 +153,6 @@ def generate(
         if done.all():
             break
     return outputs
-
-
-def _cached_logits(model, batch: int, positions: int):
-    """`next_logits(tokens, index)` feeding column `index` through the compiled cached step."""
-    step = compile_inference(model.step, model.variables)
-    cache = model.empty_cache(batch, positions)
-
-    def next_logits(tokens: np.ndarray, index: int) -> np.ndarray:
-        nonlocal cache
-        column = ops.convert_to_tensor(tokens[:, index : index + 1])
-        logits, cache = step(column, ops.convert_to_tensor(index, "int32"), cache)
-        return np.array(ops.convert_to_numpy(logits))
-
-    return next_logits
-
-
-def _full_logits(model):
-    """`next_logits(tokens, index)` re-running the whole model on `tokens[:, :index + 1]`."""
-    last_logits = compile_inference(lambda ids: model(ids, training=False)[:, -1], model.variables)
-
-    def next_logits(tokens: np.ndarray, index: int) -> np.ndarray:
-        logits = last_logits(ops.convert_to_tensor(tokens[:, : index + 1]))
-        return np.array(ops.convert_to_numpy(logits))
-
-    return next_logits
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

@@ -1,44 +1,118 @@
-"""One decoding step of a trained Transformer: log-probabilities of the next token.
+"""The step API of decoding: scores of the next token, one position at a time.
 
-`CachedSteps` keeps a key/value cache for decoder self-attention and computes the
-encoder output and its cross-attention keys/values once per source.
-`FullRecomputeSteps` re-runs the whole model on the growing prefix at every step,
-as the course material does; it is the reference (and the baseline to beat).
+A steps object wraps a model behind three NumPy-level calls, which every search's
+Python loop is written against:
 
-Both expose `start(source_ids, repeat)`, `step(tokens, index, state)` and
-`reorder(state, indices)` for `greedy_search` and `beam_search`. `CachedSteps.greedy`
-and `CachedSteps.beam` also run a whole decode as one compiled call: the token loop
-is a `keras.ops.while_loop`, so there is no per-token call overhead or host transfer.
+- `start(...) -> state`: the state before the first position;
+- `step(tokens, index, state) -> (scores, state)`: feeds int `(n,)` tokens at
+  position `index`, returns float `(n, vocab)` scores of the next token;
+- `reorder(state, indices) -> state`: keeps (and repeats) the rows `indices`,
+  as beam search does when it picks the parents of its new hypotheses.
+
+Objects with `compiled_loops = True` also expose the same three calls on tensors
+(`start_tensors`, `step_tensors`, `reorder_tensors`), `check_length`, and
+`compiled_loop`, which compiles and caches a whole search: the searches in
+`greedy.py` and `beam.py` then run their token loop as one `keras.ops.while_loop`
+call instead of their Python loop.
+
+For a `Transformer` (scores are log-probabilities):
+
+- `CachedSteps` keeps a key/value cache for decoder self-attention and computes the
+  encoder output and its cross-attention keys/values once per source;
+- `FullRecomputeSteps` re-runs the whole model on the growing prefix: the reference.
+
+For a decoder-only `LanguageModel` (scores are float32 logits, which sampling needs):
+
+- `CachedLanguageModelSteps`, with the model's key/value cache;
+- `FullRecomputeLanguageModelSteps`, re-running the model on the prefix: the reference.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
 
 import numpy as np
 from keras import ops
 
 from mintransformer.backend_adapter import compile_inference
 
-
-def length_penalty(length, alpha):
-    """GNMT length penalty `((5 + length) / 6) ** alpha` (a number, or a float tensor)."""
-    return ((5.0 + length) / 6.0) ** alpha
+State = Any
 
 
-def _select(chosen, slot_of_candidate, slots: int):
-    """`(batch, slots, candidates)` bool: candidate j fills slot s where chosen and
-    `slot_of_candidate[:, j] == s` (each slot gets at most one candidate)."""
-    slot_ids = ops.arange(slots, dtype="int32")[None, :, None]
-    return ops.logical_and(chosen[:, None, :], slot_of_candidate[:, None, :] == slot_ids)
+class Steps(Protocol):
+    """What the Python loops of `greedy_search`, `beam_search` and `generate` call.
+
+    An object without `compiled_loops` counts as `compiled_loops = False`.
+    """
+
+    compiled_loops: bool
+
+    def start(self, *args, **kwargs) -> State: ...
+
+    def step(self, tokens: np.ndarray, index: int, state: State) -> tuple[np.ndarray, State]: ...
+
+    def reorder(self, state: State, indices: np.ndarray) -> State: ...
 
 
-def _pick(one_hot, values):
-    """`(batch, slots, candidates)` one-hot and `(batch, candidates)` -> `(batch, slots)`
-    (0 where a slot got no candidate)."""
-    return ops.sum(ops.where(one_hot, values[:, None, :], 0), axis=-1)
+class _TensorSteps:
+    """Steps with `compiled_loops`: a subclass writes `start_tensors`, `step_tensors`
+    and `reorder_tensors` (traceable `keras.ops` code); this class gives the NumPy-level
+    `step` and `reorder` on top of them, and `compiled_loop` for the searches."""
+
+    compiled_loops = True
+
+    def __init__(self, model, max_length: int):
+        self.model = model
+        self.max_length = max_length
+        self._step = compile_inference(self.step_tensors, model.variables)
+        self._loops: dict[Hashable, Callable] = {}
+
+    def start_tensors(self, *args):
+        """The state before the first position."""
+        raise NotImplementedError
+
+    def step_tensors(self, tokens, index, state):
+        """int `(n,)` tokens at int32 scalar `index` -> (scores `(n, vocab)`, state)."""
+        raise NotImplementedError
+
+    def reorder_tensors(self, state, rows):
+        """Keeps the state's rows `rows` (int32 `(n,)`)."""
+        raise NotImplementedError
+
+    def step(self, tokens: np.ndarray, index: int, state: State) -> tuple[np.ndarray, State]:
+        """`tokens` int `(n,)` at position `index` -> (scores `(n, vocab)`, new state)."""
+        tokens = ops.convert_to_tensor(np.asarray(tokens, "int32"))
+        scores, state = self._step(tokens, ops.convert_to_tensor(index, "int32"), state)
+        return np.asarray(ops.convert_to_numpy(scores)), state
+
+    def reorder(self, state: State, indices: np.ndarray) -> State:
+        """Keeps the cache rows `indices` (beams are reordered within each source)."""
+        return self.reorder_tensors(state, ops.convert_to_tensor(np.asarray(indices, "int32")))
+
+    def check_length(self, max_length: int) -> None:
+        """ValueError if a decode of `max_length` positions would not fit the cache."""
+        if max_length > self.max_length:
+            raise ValueError(f"`max_length` ({max_length}) exceeds the cache ({self.max_length}).")
+
+    def compiled_loop(self, key: Hashable, loop: Callable) -> Callable:
+        """`loop` compiled once per `key` for this model, with XLA on TensorFlow.
+
+        XLA pays off for a whole decoding loop: its body is many small ops, run once
+        per token (`compile_inference(..., jit_compile=True)`).
+        """
+        if key not in self._loops:
+            self._loops[key] = compile_inference(loop, self.model.variables, jit_compile=True)
+        return self._loops[key]
 
 
-class CachedSteps:
-    """Cached incremental decoding of a `Transformer`.
+class CachedSteps(_TensorSteps):
+    """Cached incremental decoding of a `Transformer`; scores are log-probabilities.
+
+    The state is `(cache, cross_key_values, source_mask)`: the per-layer
+    self-attention cache `(2, n, heads, max_length, depth)`, the per-layer
+    cross-attention keys and values of the encoder output, and the bool source
+    padding mask `(n, source_length)`.
 
     Args:
         model: a built `Transformer`.
@@ -51,222 +125,45 @@ class CachedSteps:
                 f"`max_length` ({max_length}) exceeds the model's target positions "
                 f"(pe_target={model.decoder.max_length})."
             )
-        self.model = model
-        self.max_length = max_length
-        self._encode = compile_inference(self._encode_fn, model.variables)
-        self._step = compile_inference(self._step_fn, model.variables)
-        # XLA pays off here: the loop body is many small ops, run once per token.
-        self._greedy = compile_inference(self._greedy_fn, model.variables, jit_compile=True)
-        self._beams = {}  # beam size -> compiled `_beam_fn`
+        super().__init__(model, max_length)
+        self._start = compile_inference(self.start_tensors, model.variables)
 
-    def _encode_fn(self, source_ids):
+    def start_tensors(self, source_ids):
+        """int `(n, source_length)` -> the state before the first target position."""
         memory, source_mask = self.model.encode(source_ids)
-        return self.model.decoder.cross_key_values(memory), source_mask
+        cache = self.model.decoder.empty_cache(ops.shape(source_ids)[0], self.max_length)
+        return cache, self.model.decoder.cross_key_values(memory), source_mask
 
-    def _step_fn(self, tokens, index, cache, cross_key_values, source_mask):
-        hidden, cache = self.model.decoder.step(tokens, index, cache, cross_key_values, source_mask)
+    def step_tensors(self, tokens, index, state):
+        """int `(n,)` tokens at int scalar `index` -> (log-probs `(n, vocab)`, state)."""
+        cache, cross_key_values, source_mask = state
+        hidden, cache = self.model.decoder.step(
+            tokens[:, None], index, cache, cross_key_values, source_mask
+        )
         log_probs = ops.log_softmax(self.model.project(hidden)[:, 0], axis=-1)
-        return log_probs, cache
+        return log_probs, (cache, cross_key_values, source_mask)
 
-    def _loop_inputs(self, source_ids, start_id, end_id, max_length):
-        """Checks `max_length` against the cache; the compiled loops' first four inputs."""
-        if max_length > self.max_length:
-            raise ValueError(f"`max_length` ({max_length}) exceeds the cache ({self.max_length}).")
-        return (
-            ops.convert_to_tensor(np.asarray(source_ids, "int32")),
-            *(ops.convert_to_tensor(value, "int32") for value in (start_id, end_id, max_length)),
-        )
+    def reorder_tensors(self, state, rows):
+        """Keeps the self-attention cache rows `rows` (int `(n,)`); the rest is per source
+        and already repeated per beam."""
+        cache, cross_key_values, source_mask = state
+        return tuple(ops.take(c, rows, axis=1) for c in cache), cross_key_values, source_mask
 
-    def _greedy_fn(self, source_ids, start_id, end_id, max_length):
-        """Compiled by `greedy`; `start_id`, `end_id`, `max_length` are int32 scalars.
-
-        The loop carries the position, the last tokens `(batch,)`, the cache, the
-        output `(batch, self.max_length)`, which rows are done and their lengths.
-        Returns `(outputs, lengths)`.
-        """
-        cross, source_mask = self._encode_fn(source_ids)
-        batch = ops.shape(source_ids)[0]
-        cache = self.model.decoder.empty_cache(batch, self.max_length)
-        tokens = ops.full((batch,), start_id, "int32")
-        # Slots a decode never reaches (after an early stop) stay </s>.
-        outputs = ops.full((batch, self.max_length), end_id, "int32")
-        done = ops.zeros((batch,), "bool")
-        lengths = ops.zeros((batch,), "int32")
-
-        def not_finished(index, tokens, cache, outputs, done, lengths):
-            return ops.logical_and(index < max_length, ops.logical_not(ops.all(done)))
-
-        def decode_one(index, tokens, cache, outputs, done, lengths):
-            log_probs, cache = self._step_fn(tokens[:, None], index, cache, cross, source_mask)
-            tokens = ops.where(done, end_id, ops.cast(ops.argmax(log_probs, axis=-1), "int32"))
-            outputs = ops.slice_update(outputs, (0, index), tokens[:, None])
-            done = ops.logical_or(done, tokens == end_id)
-            lengths = lengths + ops.cast(ops.logical_not(done), "int32")
-            return index + 1, tokens, cache, outputs, done, lengths
-
-        index = ops.convert_to_tensor(0, "int32")
-        loop_vars = (index, tokens, cache, outputs, done, lengths)
-        *_, outputs, _, lengths = ops.while_loop(not_finished, decode_one, loop_vars)
-        return outputs, lengths
-
-    def greedy(
-        self, source_ids: np.ndarray, start_id: int, end_id: int, max_length: int | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Greedy-decodes a batch in one compiled call (the token loop runs on the device).
-
-        Stops when every row has emitted `end_id`, or after `max_length` tokens.
-
-        Args:
-            source_ids: int `(batch, source_length)`.
-            start_id, end_id: the <s> and </s> ids.
-            max_length: most tokens per row (</s> included); at most, and by
-                default, this object's `max_length`.
-
-        Returns:
-            `(tokens, lengths)`: int `(batch, max_length)`, the token chosen at each
-            position (`end_id` from a row's </s> on), and int `(batch,)`, the number
-            of tokens before </s> (`max_length` for a row that never emitted it).
-        """
-        max_length = self.max_length if max_length is None else max_length
-        tokens, lengths = self._greedy(*self._loop_inputs(source_ids, start_id, end_id, max_length))
-        return ops.convert_to_numpy(tokens)[:, :max_length], ops.convert_to_numpy(lengths)
-
-    def _beam_fn(self, source_ids, start_id, end_id, max_length, alpha, beam_size):
-        """Compiled by `beam` (one function per `beam_size`): `beam_search`'s loop in tensors.
-
-        Per step, the `2 * beam_size` best continuations of each source are scanned best
-        first, exactly as `beam_search` does: a </s> continuation is finished (while the
-        source has fewer than `beam_size` finished), any other fills the next live slot,
-        and the scan stops when the live slots are full. A source is done once it has
-        `beam_size` finished hypotheses.
-        """
-        k = beam_size
-        cross, source_mask = self._encode_fn(ops.repeat(source_ids, k, axis=0))
-        batch = ops.shape(source_ids)[0]
-        cache = self.model.decoder.empty_cache(batch * k, self.max_length)
-        tokens = ops.full((batch * k,), start_id, "int32")
-        # Only the first beam is live at the start: all beams would be equal.
-        live_scores = ops.concatenate(
-            [ops.zeros((batch, 1)), ops.full((batch, k - 1), float("-inf"))], axis=1
-        )
-        live = ops.full((batch, k, self.max_length), end_id, "int32")
-        finished_state = (
-            ops.full((batch, k, self.max_length), end_id, "int32"),  # tokens
-            ops.full((batch, k), float("-inf")),  # normalised scores
-            ops.zeros((batch, k), "int32"),  # lengths
-            ops.zeros((batch,), "int32"),  # how many slots of each source are filled
-        )
-        row_offsets = ops.arange(batch, dtype="int32")[:, None] * k
-
-        def not_done(index, tokens, cache, live_scores, live, finished_state):
-            return ops.logical_and(index < max_length, ops.any(finished_state[-1] < k))
-
-        def gather_beams(sequences, beams):
-            beams = ops.repeat(beams[:, :, None], self.max_length, axis=2)
-            return ops.take_along_axis(sequences, beams, axis=1)
-
-        def decode_one(index, tokens, cache, live_scores, live, finished_state):
-            finished, finished_scores, finished_lengths, finished_count = finished_state
-            log_probs, cache = self._step_fn(tokens[:, None], index, cache, cross, source_mask)
-            vocab = ops.shape(log_probs)[-1]
-            totals = live_scores[:, :, None] + ops.reshape(log_probs, (batch, k, vocab))
-            top_totals, top = ops.top_k(ops.reshape(totals, (batch, k * vocab)), 2 * k)
-            top = ops.cast(top, "int32")
-            beams, next_tokens = top // vocab, top % vocab
-            is_end = next_tokens == end_id
-            ends_before = ops.cumsum(ops.cast(is_end, "int32"), axis=1) - ops.cast(is_end, "int32")
-            lives_before = ops.arange(2 * k, dtype="int32")[None, :] - ends_before
-            finished_slot = finished_count[:, None] + ends_before
-            # The Python loop's stop conditions only tighten along the sorted candidates,
-            # so the candidates it looks at are those meeting all three here.
-            scanned = ops.logical_and(
-                ops.logical_and(lives_before < k, finished_slot < k), ops.isfinite(top_totals)
-            )
-            to_finish = _select(ops.logical_and(scanned, is_end), finished_slot, k)
-            to_live = _select(ops.logical_and(scanned, ops.logical_not(is_end)), lives_before, k)
-
-            new = ops.any(to_finish, axis=-1)
-            normalised = top_totals / length_penalty(ops.cast(index + 1, "float32"), alpha)
-            finished_scores = ops.where(new, _pick(to_finish, normalised), finished_scores)
-            finished_lengths = ops.where(new, index, finished_lengths)
-            finished = ops.where(
-                new[:, :, None], gather_beams(live, _pick(to_finish, beams)), finished
-            )
-            finished_count = finished_count + ops.sum(ops.cast(new, "int32"), axis=1)
-
-            filled = ops.any(to_live, axis=-1)
-            live_scores = ops.where(filled, _pick(to_live, top_totals), float("-inf"))
-            parents = _pick(to_live, beams)
-            tokens = ops.where(filled, _pick(to_live, next_tokens), end_id)
-            live = ops.slice_update(gather_beams(live, parents), (0, 0, index), tokens[:, :, None])
-            rows = ops.reshape(parents + row_offsets, (-1,))
-            cache = tuple(ops.take(layer_cache, rows, axis=1) for layer_cache in cache)
-            finished_state = (finished, finished_scores, finished_lengths, finished_count)
-            return index + 1, ops.reshape(tokens, (-1,)), cache, live_scores, live, finished_state
-
-        index = ops.convert_to_tensor(0, "int32")
-        state = (index, tokens, cache, live_scores, live, finished_state)
-        index, _, _, live_scores, live, finished_state = ops.while_loop(not_done, decode_one, state)
-        return (index, live_scores, live, *finished_state)
-
-    def beam(
-        self,
-        source_ids: np.ndarray,
-        start_id: int,
-        end_id: int,
-        max_length: int,
-        beam_size: int,
-        alpha: float,
-    ) -> tuple[np.ndarray, ...]:
-        """Runs `beam_search`'s loop as one compiled call; `beam_search` reads the result.
-
-        Returns:
-            numpy `(steps, live_scores (batch, beam), live (batch, beam, T), finished
-            (batch, beam, T), finished_scores, finished_lengths (batch, beam),
-            finished_count (batch,))`: `steps` tokens were decoded, live hypotheses hold
-            their total log-probability and finished ones their normalised score; the
-            first `finished_count` finished slots of a source are filled, in the order
-            they finished; `T` is this object's `max_length`.
-        """
-        inputs = self._loop_inputs(source_ids, start_id, end_id, max_length)
-        if beam_size not in self._beams:
-            self._beams[beam_size] = compile_inference(
-                lambda *args: self._beam_fn(*args, beam_size=beam_size),
-                self.model.variables,
-                jit_compile=True,
-            )
-        outputs = self._beams[beam_size](*inputs, ops.convert_to_tensor(alpha, "float32"))
-        return tuple(ops.convert_to_numpy(value) for value in outputs)
-
-    def start(self, source_ids: np.ndarray, repeat: int = 1):
+    def start(self, source_ids: np.ndarray, repeat: int = 1) -> State:
         """Encodes `(batch, length)` sources; each row repeated `repeat` times (beams)."""
         source_ids = np.repeat(np.asarray(source_ids, "int32"), repeat, axis=0)
-        cross, source_mask = self._encode(ops.convert_to_tensor(source_ids))
-        cache = self.model.decoder.empty_cache(len(source_ids), self.max_length)
-        return cache, cross, source_mask
-
-    def step(self, tokens: np.ndarray, index: int, state):
-        """`tokens` int `(n,)` at position `index` -> (log-probs `(n, vocab)`, new state)."""
-        cache, cross, source_mask = state
-        tokens = ops.convert_to_tensor(np.asarray(tokens, "int32")[:, None])
-        log_probs, cache = self._step(
-            tokens, ops.convert_to_tensor(index, "int32"), cache, cross, source_mask
-        )
-        return np.asarray(ops.convert_to_numpy(log_probs)), (cache, cross, source_mask)
-
-    def reorder(self, state, indices: np.ndarray):
-        """Keeps the cache rows `indices` (beams are reordered within each source)."""
-        cache, cross, source_mask = state
-        indices = ops.convert_to_tensor(np.asarray(indices, "int32"))
-        return tuple(ops.take(c, indices, axis=1) for c in cache), cross, source_mask
+        return self._start(ops.convert_to_tensor(source_ids))
 
 
 class FullRecomputeSteps:
-    """Re-runs the whole model on the prefix each step (no cache): the reference.
+    """Re-runs the whole `Transformer` on the prefix each step (no cache): the reference.
 
     The model call is compiled like `CachedSteps`' steps, so that the benchmark's
-    comparison measures the cache, not compiled against eager code.
+    comparison measures the cache, not compiled against eager code. The state is
+    `(source_ids, prefix)`, both int NumPy arrays.
     """
+
+    compiled_loops = False
 
     def __init__(self, model, max_length: int):
         self.model = model
@@ -277,11 +174,13 @@ class FullRecomputeSteps:
         logits = self.model((source_ids, prefix), training=False)[:, -1]
         return ops.log_softmax(logits, axis=-1)
 
-    def start(self, source_ids: np.ndarray, repeat: int = 1):
+    def start(self, source_ids: np.ndarray, repeat: int = 1) -> State:
+        """The sources (each row repeated `repeat` times) and an empty prefix."""
         source_ids = np.repeat(np.asarray(source_ids, "int32"), repeat, axis=0)
         return source_ids, np.zeros((len(source_ids), 0), "int32")
 
-    def step(self, tokens: np.ndarray, index: int, state):
+    def step(self, tokens: np.ndarray, index: int, state: State) -> tuple[np.ndarray, State]:
+        """`tokens` int `(n,)` at position `index` -> (log-probs `(n, vocab)`, new state)."""
         source_ids, prefix = state
         prefix = np.concatenate([prefix, np.asarray(tokens, "int32")[:, None]], axis=1)
         log_probs = self._next_log_probs(
@@ -289,6 +188,70 @@ class FullRecomputeSteps:
         )
         return np.asarray(ops.convert_to_numpy(log_probs)), (source_ids, prefix)
 
-    def reorder(self, state, indices: np.ndarray):
+    def reorder(self, state: State, indices: np.ndarray) -> State:
         source_ids, prefix = state
         return source_ids, prefix[indices]
+
+
+class CachedLanguageModelSteps(_TensorSteps):
+    """Cached incremental decoding of a `LanguageModel`; scores are float32 logits.
+
+    The state is the model's per-layer key/value cache `(2, n, heads, max_length, depth)`.
+
+    Args:
+        model: a built `LanguageModel`.
+        max_length: most positions to decode (cache size).
+    """
+
+    def __init__(self, model, max_length: int):
+        if max_length > model.max_length:
+            raise ValueError(
+                f"`max_length` ({max_length}) exceeds the model's max_length={model.max_length}."
+            )
+        super().__init__(model, max_length)
+
+    def start_tensors(self, batch_size: int):
+        """The empty cache of `batch_size` rows."""
+        return self.model.empty_cache(batch_size, self.max_length)
+
+    def step_tensors(self, tokens, index, state):
+        """int `(n,)` tokens at int scalar `index` -> (logits `(n, vocab)`, state)."""
+        return self.model.step(tokens[:, None], index, state)
+
+    def reorder_tensors(self, state, rows):
+        """Keeps the cache rows `rows` (int `(n,)`)."""
+        return tuple(ops.take(c, rows, axis=1) for c in state)
+
+    def start(self, batch_size: int, repeat: int = 1) -> State:
+        """The empty cache of `batch_size * repeat` rows."""
+        return self.start_tensors(batch_size * repeat)
+
+
+class FullRecomputeLanguageModelSteps:
+    """Re-runs the whole `LanguageModel` on the prefix each step (no cache): the reference.
+
+    Reads only `model(token_ids, training=False)` and `model.variables`. The state
+    is the prefix, an int NumPy array `(n, index)`.
+    """
+
+    compiled_loops = False
+
+    def __init__(self, model, max_length: int):
+        self.model = model
+        self.max_length = max_length
+        self._last_logits = compile_inference(
+            lambda ids: model(ids, training=False)[:, -1], model.variables
+        )
+
+    def start(self, batch_size: int, repeat: int = 1) -> State:
+        """An empty prefix of `batch_size * repeat` rows."""
+        return np.zeros((batch_size * repeat, 0), "int32")
+
+    def step(self, tokens: np.ndarray, index: int, state: State) -> tuple[np.ndarray, State]:
+        """`tokens` int `(n,)` at position `index` -> (logits `(n, vocab)`, new state)."""
+        prefix = np.concatenate([state, np.asarray(tokens, "int32")[:, None]], axis=1)
+        logits = self._last_logits(ops.convert_to_tensor(prefix))
+        return np.asarray(ops.convert_to_numpy(logits)), prefix
+
+    def reorder(self, state: State, indices: np.ndarray) -> State:
+        return state[indices]

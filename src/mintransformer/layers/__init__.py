@@ -10,8 +10,11 @@ from mintransformer.layers.positional import (
     PositionalEncoding,
     sinusoidal_table,
 )
+from mintransformer.layers.stack import Stack
+from mintransformer.layers.sublayer import BlockOptions, cached_self_attention, residual
 
 __all__ = [
+    "BlockOptions",
     "Decoder",
     "DecoderLayer",
     "Encoder",
@@ -20,7 +23,10 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
     "PositionalEncoding",
+    "Stack",
     "TokenAndPositionEmbedding",
+    "cached_self_attention",
+    "residual",
     "scaled_dot_product_attention",
     "sinusoidal_table",
 ]

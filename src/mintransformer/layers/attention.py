@@ -14,8 +14,8 @@ import math
 import keras
 from keras import ops
 
+from mintransformer import checks
 from mintransformer.backend_adapter import prefers_fused_attention
-from mintransformer.layers import validation
 from mintransformer.layers.masks import check_attention_mask
 
 # Added to masked scores before the softmax; scores are float32 there, so this is safe.
@@ -113,15 +113,15 @@ class MultiHeadAttention(keras.layers.Layer):
     def __init__(self, d_model, num_heads, dropout_rate=0.0, use_bias=True, key_dim=None, **kwargs):
         super().__init__(**kwargs)
         if key_dim is None:
-            self.depth = validation.heads_divide(d_model, num_heads)
+            self.depth = checks.heads_divide(d_model, num_heads)
         else:
-            validation.positive_int(d_model, "d_model")
-            validation.positive_int(num_heads, "num_heads")
-            self.depth = validation.positive_int(key_dim, "key_dim")
+            checks.positive_int(d_model, "d_model")
+            checks.positive_int(num_heads, "num_heads")
+            self.depth = checks.positive_int(key_dim, "key_dim")
         self.key_dim = key_dim
         self.d_model = d_model
         self.num_heads = num_heads
-        self.dropout_rate = validation.dropout_rate(dropout_rate)
+        self.dropout_rate = checks.dropout_rate(dropout_rate)
         self.use_bias = use_bias
         dense = dict(use_bias=use_bias, dtype=self.dtype_policy)
         width = num_heads * self.depth
@@ -167,12 +167,12 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_weights=False,
         training=None,
     ):
-        validation.rank(query, 3, "query", "(batch, length, features)")
+        checks.rank(query, 3, "query", "(batch, length, features)")
         if key_value is None:
             key = query if key is None else key
             value = key if value is None else value
-            validation.rank(key, 3, "key", "(batch, length, features)")
-            validation.rank(value, 3, "value", "(batch, length, features)")
+            checks.rank(key, 3, "key", "(batch, length, features)")
+            checks.rank(value, 3, "value", "(batch, length, features)")
             key_value = self.project_key_value(key, value)
         keys, values = key_value
         if attention_mask is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer.layers import validation
+from mintransformer import checks
 from mintransformer.layers.positional import LearnedPositionalEmbedding
 
 
@@ -48,12 +48,12 @@ class BertEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.vocab_size = validation.positive_int(vocab_size, "vocab_size")
-        self.d_model = validation.positive_int(d_model, "d_model")
-        self.max_length = validation.positive_int(max_length, "max_length")
-        self.type_vocab_size = validation.positive_int(type_vocab_size, "type_vocab_size")
+        self.vocab_size = checks.positive_int(vocab_size, "vocab_size")
+        self.d_model = checks.positive_int(d_model, "d_model")
+        self.max_length = checks.positive_int(max_length, "max_length")
+        self.type_vocab_size = checks.positive_int(type_vocab_size, "type_vocab_size")
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.dropout_rate = validation.dropout_rate(dropout_rate)
+        self.dropout_rate = checks.dropout_rate(dropout_rate)
         self.word_embedding = keras.layers.Embedding(
             vocab_size, d_model, dtype=self.dtype_policy, name="word_embedding"
         )
@@ -77,12 +77,12 @@ class BertEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, token_ids, token_type_ids=None, training=None):
-        validation.rank(token_ids, 2, "token_ids", "(batch, length)")
+        checks.rank(token_ids, 2, "token_ids", "(batch, length)")
         x = self.position_embedding(self.word_embedding(token_ids))
         if token_type_ids is None:
             token_type_ids = ops.zeros_like(token_ids)
         else:
-            validation.rank(token_type_ids, 2, "token_type_ids", "(batch, length)")
+            checks.rank(token_type_ids, 2, "token_type_ids", "(batch, length)")
         x = x + self.token_type_embedding(token_type_ids)
         return self.dropout(self.norm(x), training=training)
 

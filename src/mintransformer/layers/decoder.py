@@ -15,12 +15,14 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer.layers import masks, validation
-from mintransformer.layers.encoder import _LayerOptions, _Stack, cached_self_attention, residual
+from mintransformer import checks
+from mintransformer.layers import masks
+from mintransformer.layers.stack import Stack
+from mintransformer.layers.sublayer import BlockOptions, cached_self_attention, residual
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
-class DecoderLayer(_LayerOptions):
+class DecoderLayer(BlockOptions):
     """Masked self-attention, cross-attention over the encoder output, feed-forward.
 
     Args: as `EncoderLayer`.
@@ -35,11 +37,13 @@ class DecoderLayer(_LayerOptions):
             `(batch, heads, target_length, source_length)`; usually
             `masks.padding_mask(source_ids)`.
         training: enables dropout.
-        return_attention_weights: also return the self-attention ("block1") and
-            cross-attention ("block2") weights.
+        return_attention_weights: also return the self-attention weights
+            `(batch, heads, target_length, target_length)` and the cross-attention
+            weights `(batch, heads, target_length, source_length)`.
 
     Returns:
-        `(batch, target_length, d_model)`, or `(output, block1, block2)`.
+        `(batch, target_length, d_model)`, or
+        `(output, self_attention_weights, cross_attention_weights)`.
     """
 
     def __init__(self, d_model, num_heads, dff, **kwargs):
@@ -83,8 +87,8 @@ class DecoderLayer(_LayerOptions):
         training=None,
         return_attention_weights=False,
     ):
-        validation.rank(x, 3, "x", "(batch, length, d_model)")
-        validation.rank(encoder_output, 3, "encoder_output", "(batch, length, d_model)")
+        checks.rank(x, 3, "x", "(batch, length, d_model)")
+        checks.rank(encoder_output, 3, "encoder_output", "(batch, length, d_model)")
         x, self_weights = residual(
             x,
             lambda h: self.self_attention(
@@ -146,11 +150,11 @@ class DecoderLayer(_LayerOptions):
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
-class Decoder(_Stack):
+class Decoder(Stack):
     """Target ids + encoder output -> vectors: embedding, positions, `num_layers` DecoderLayers.
 
     Args: as `Encoder`, with `vocab_size` the target vocabulary and `max_length`
-    the longest target sequence (the seeds' `pe_target`).
+    the longest target sequence.
 
     Call arguments:
         token_ids: int `(batch, target_length)`.
@@ -161,14 +165,14 @@ class Decoder(_Stack):
         target_padding_mask: optional bool `(batch, target_length)`; by default
             `token_ids != pad_id`. Combined with the look-ahead mask.
         training: enables dropout.
-        return_attention_weights: also return {"decoder_layer{i}_block1": ...,
-            "decoder_layer{i}_block2": ...}.
+        return_attention_weights: also return the weights of every layer,
+            {"decoder_layer{i}_self_attention": ..., "decoder_layer{i}_cross_attention": ...}.
 
     Returns:
         `(batch, target_length, d_model)`, or `(output, weights_dict)`.
     """
 
-    layer_class = DecoderLayer
+    block_class = DecoderLayer
 
     def call(
         self,
@@ -201,8 +205,8 @@ class Decoder(_Stack):
             if return_attention_weights:
                 (
                     x,
-                    all_weights[f"decoder_layer{i}_block1"],
-                    all_weights[f"decoder_layer{i}_block2"],
+                    all_weights[f"decoder_layer{i}_self_attention"],
+                    all_weights[f"decoder_layer{i}_cross_attention"],
                 ) = x
         x = self.finish(x)
         return (x, all_weights) if return_attention_weights else x
@@ -219,14 +223,22 @@ class Decoder(_Stack):
             index: int scalar position.
             cache: per-layer tuple from `empty_cache` or the previous step.
             cross_key_values: from `cross_key_values(encoder_output)`.
-            source_padding_mask: bool `(batch, source_length)`.
+            source_padding_mask: optional bool `(batch, source_length)`, True at
+                real source tokens.
 
         Returns:
             `(hidden (batch, 1, d_model), updated cache)`.
+
+        Raises:
+            ValueError: if `source_padding_mask` is not bool or does not match
+                the source length of `cross_key_values`.
         """
         cross_mask = None
         if source_padding_mask is not None:
-            cross_mask = source_padding_mask[:, None, None, :]
+            source_keys = cross_key_values[0][0]  # (batch, heads, source_length, depth)
+            cross_mask = masks.check_padding_mask(
+                source_padding_mask, source_keys[:, 0, :, 0], "source_padding_mask"
+            )[:, None, None, :]
         x = self.embedding(token_ids, start_index=index)
         layer_caches = []
         for block, layer_cache, cross_kv in zip(self.blocks, cache, cross_key_values, strict=True):

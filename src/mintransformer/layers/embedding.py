@@ -1,5 +1,7 @@
 """Token embedding scaled by sqrt(d_model), plus positions, plus dropout (paper 3.4, 3.5).
 
+The scaling can be turned off (`scale_embeddings=False`), as in GPT-2.
+
 Optionally each token's embedding also gets a hashed bigram embedding, the vector
 of (previous token, token) looked up in `ngram_buckets` rows: fastText-style
 n-gram features, which let a shallow classifier see word pairs ("not good")
@@ -13,7 +15,7 @@ import math
 import keras
 from keras import ops
 
-from mintransformer.layers import validation
+from mintransformer import checks
 from mintransformer.layers.positional import LearnedPositionalEmbedding, PositionalEncoding
 
 POSITION_KINDS = {"sinusoidal": PositionalEncoding, "learned": LearnedPositionalEmbedding}
@@ -51,6 +53,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             default) leaves it out.
         ngram_dropout: during training, the rate at which whole bigram vectors
             (all `d_model` features of a position) are dropped.
+        scale_embeddings: multiply by sqrt(d_model) (the paper); False leaves
+            the embeddings unscaled (GPT-2).
 
     Call arguments:
         token_ids: int `(batch, length)`.
@@ -71,16 +75,18 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         position="sinusoidal",
         ngram_buckets=0,
         ngram_dropout=0.0,
+        scale_embeddings=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.vocab_size = validation.positive_int(vocab_size, "vocab_size")
-        self.d_model = validation.positive_int(d_model, "d_model")
-        self.max_length = validation.positive_int(max_length, "max_length")
-        self.dropout_rate = validation.dropout_rate(dropout_rate)
-        self.position = validation.one_of(position, POSITION_KINDS, "position")
-        self.ngram_buckets = validation.non_negative_int(ngram_buckets, "ngram_buckets")
-        self.ngram_dropout = validation.dropout_rate(ngram_dropout, "ngram_dropout")
+        self.vocab_size = checks.positive_int(vocab_size, "vocab_size")
+        self.d_model = checks.positive_int(d_model, "d_model")
+        self.max_length = checks.positive_int(max_length, "max_length")
+        self.dropout_rate = checks.dropout_rate(dropout_rate)
+        self.position = checks.one_of(position, POSITION_KINDS, "position")
+        self.ngram_buckets = checks.non_negative_int(ngram_buckets, "ngram_buckets")
+        self.ngram_dropout = checks.dropout_rate(ngram_dropout, "ngram_dropout")
+        self.scale_embeddings = bool(scale_embeddings)
         if ngram_buckets and vocab_size > MAX_NGRAM_VOCAB_SIZE:
             raise ValueError(
                 f"`vocab_size` {vocab_size} is too large for `ngram_buckets`: the bigram hash "
@@ -112,7 +118,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, token_ids, start_index=0, training=None):
-        validation.rank(token_ids, 2, "token_ids", "(batch, length)")
+        checks.rank(token_ids, 2, "token_ids", "(batch, length)")
         x = self.token_embedding(token_ids)
         if self.ngram_embedding is not None:
             if not (isinstance(start_index, int) and start_index == 0):
@@ -124,7 +130,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 bigram_ids(token_ids, self.vocab_size, self.ngram_buckets)
             )
             x = x + self.ngram_vector_dropout(bigrams, training=training)
-        x = x * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
+        if self.scale_embeddings:
+            x = x * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
         x = self.position_embedding(x, start_index=start_index)
         return self.dropout(x, training=training)
 
@@ -147,5 +154,6 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             position=self.position,
             ngram_buckets=self.ngram_buckets,
             ngram_dropout=self.ngram_dropout,
+            scale_embeddings=self.scale_embeddings,
         )
         return config

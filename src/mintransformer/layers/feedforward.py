@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from mintransformer.layers import validation
+from mintransformer import checks
 
 ACTIVATIONS = {
     "relu": keras.activations.relu,
@@ -33,9 +33,9 @@ class FeedForward(keras.layers.Layer):
 
     def __init__(self, d_model, dff, activation="relu", use_bias=True, **kwargs):
         super().__init__(**kwargs)
-        self.d_model = validation.positive_int(d_model, "d_model")
-        self.dff = validation.positive_int(dff, "dff")
-        self.activation = validation.one_of(activation, ACTIVATIONS, "activation")
+        self.d_model = checks.positive_int(d_model, "d_model")
+        self.dff = checks.positive_int(dff, "dff")
+        self.activation = checks.one_of(activation, ACTIVATIONS, "activation")
         self.use_bias = use_bias
         self.inner = keras.layers.Dense(
             dff, use_bias=use_bias, dtype=self.dtype_policy, name="inner"

@@ -2,10 +2,10 @@
 
 **A mask is boolean and True means "may attend".** This is the convention of
 `keras.layers.MultiHeadAttention` and of PyTorch's boolean `attn_mask`. The
-course material uses the opposite one (float masks where 1 = blocked, added as
-`mask * -1e9`); mixing the two silently attends to exactly the wrong tokens.
-So float or integer masks are refused with an error that says how to convert
-them (`from_blocked_mask`).
+opposite one (float masks where 1 = blocked, added to the scores as
+`mask * -1e9`) is common too; mixing the two silently attends to exactly the
+wrong tokens. So float or integer masks are refused with an error that says
+how to convert them (`from_blocked_mask`).
 
 Masks broadcast against attention scores of shape
 `(batch, num_heads, query_length, key_length)`:
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from keras import ops
 
-from mintransformer.layers import validation
+from mintransformer import checks
 
 
 def padding_mask(token_ids, pad_id: int = 0):
@@ -69,7 +69,7 @@ def combined_mask(target_ids, pad_id: int = 0):
 
 
 def from_blocked_mask(mask):
-    """Converts a course-material mask (1 = blocked, 0 = attend) to ours (True = attend)."""
+    """Converts a "blocked" mask (1 = blocked, 0 = attend) to ours (True = attend)."""
     return ops.equal(mask, 0)
 
 
@@ -82,11 +82,11 @@ def check_attention_mask(mask, name: str = "attention_mask"):
     Raises:
         ValueError: if the mask is not boolean or has another rank.
     """
-    dtype = validation.dtype_name(mask)
+    dtype = checks.dtype_name(mask)
     if dtype != "bool":
         raise ValueError(
             f"`{name}` must be a boolean tensor where True means 'may attend', got dtype "
-            f"{dtype}. A course-material mask where 1 means 'blocked' converts with "
+            f"{dtype}. A mask where 1 means 'blocked' converts with "
             "`mintransformer.masks.from_blocked_mask(mask)`; a 0/1 mask where 1 means "
             "'attend' converts with `keras.ops.cast(mask, 'bool')`."
         )
@@ -102,14 +102,24 @@ def check_attention_mask(mask, name: str = "attention_mask"):
 
 
 def check_padding_mask(mask, token_ids, name: str):
-    """Validates a `(batch, length)` boolean padding mask against its token ids."""
-    dtype = validation.dtype_name(mask)
+    """Validates a `(batch, length)` boolean padding mask against its token ids.
+
+    Dimensions unknown while tracing (None) match any size.
+
+    Raises:
+        ValueError: naming `name`, if the mask is not boolean or its shape is
+            not that of `token_ids`.
+    """
+    dtype = checks.dtype_name(mask)
     if dtype != "bool":
         raise ValueError(
             f"`{name}` must be a boolean tensor (batch, length) with True at real tokens, "
             f"got dtype {dtype}."
         )
-    if tuple(mask.shape) != tuple(token_ids.shape) and None not in mask.shape:
+    shape, expected = tuple(mask.shape), tuple(token_ids.shape)
+    if len(shape) != len(expected) or any(
+        a is not None and b is not None and a != b for a, b in zip(shape, expected, strict=True)
+    ):
         raise ValueError(
             f"`{name}` must have the shape of its token ids {tuple(token_ids.shape)}, "
             f"got {tuple(mask.shape)}."

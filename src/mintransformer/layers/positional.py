@@ -13,7 +13,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from mintransformer.layers import validation
+from mintransformer import checks
 
 
 def sinusoidal_table(length: int, d_model: int) -> np.ndarray:
@@ -26,8 +26,8 @@ def sinusoidal_table(length: int, d_model: int) -> np.ndarray:
     Returns:
         float32 array `(length, d_model)`; even columns are sines, odd columns cosines.
     """
-    validation.positive_int(length, "length")
-    validation.positive_int(d_model, "d_model")
+    checks.positive_int(length, "length")
+    checks.positive_int(d_model, "d_model")
     positions = np.arange(length, dtype=np.float64)[:, None]
     pair_index = np.arange(d_model)[None, :] // 2
     angles = positions / np.power(10000.0, 2 * pair_index / d_model)
@@ -50,11 +50,11 @@ class _AddedPositions(keras.layers.Layer):
 
     def __init__(self, max_length, d_model, **kwargs):
         super().__init__(**kwargs)
-        self.max_length = validation.positive_int(max_length, "max_length")
-        self.d_model = validation.positive_int(d_model, "d_model")
+        self.max_length = checks.positive_int(max_length, "max_length")
+        self.d_model = checks.positive_int(d_model, "d_model")
 
     def call(self, inputs, start_index=0):
-        validation.rank(inputs, 3, "inputs", "(batch, length, d_model)")
+        checks.rank(inputs, 3, "inputs", "(batch, length, d_model)")
         _check_length(inputs, start_index, self.max_length, self.name)
         length = ops.shape(inputs)[1]
         positions = ops.slice(self.table(), (start_index, 0), (length, self.d_model))

@@ -4,8 +4,8 @@
     tokens (mean, or the first token as a CLS vector) -> [Dense + ReLU] -> logits
 
 Padding never leaks into the prediction: the encoder masks padded keys, and mean
-pooling averages only the real tokens (the seed notebook's `GlobalAveragePooling1D`
-averaged the padding too).
+pooling averages only the real tokens (a plain `GlobalAveragePooling1D` would
+average the padding too).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer.layers import validation
+from mintransformer import checks
 from mintransformer.layers.encoder import Encoder
 
 POOLINGS = ("mean", "cls")
@@ -33,6 +33,8 @@ ENCODER_SETTINGS = (
     "key_dim",
     "ngram_buckets",
     "ngram_dropout",
+    "scale_embeddings",
+    "use_bias",
 )
 
 
@@ -46,13 +48,16 @@ class TextClassifier(keras.Model):
         max_length: longest input sequence.
         num_classes: number of classes (2 for binary sentiment).
         dropout_rate: dropout in the encoder and before the head.
-        pad_id: padding id; padded positions are masked everywhere.
+        pad_id: padding id; padded positions are masked everywhere. None: every
+            token is real unless an explicit padding mask says otherwise.
         pooling: "mean" over real tokens, or "cls" (the first token's vector).
         hidden_units: width of a ReLU layer before the output (0: none).
         activation, norm_first, position, key_dim: as `Encoder`.
         ngram_buckets: rows of a hashed bigram embedding added to each token's
             (fastText-style word-pair features; 0: none).
         ngram_dropout: rate at which whole bigram vectors are dropped in training.
+        scale_embeddings: multiply token embeddings by sqrt(d_model) (the paper).
+        use_bias: biases in the attention and feed-forward projections.
 
     Call arguments:
         token_ids: int `(batch, length)`.
@@ -84,29 +89,19 @@ class TextClassifier(keras.Model):
         key_dim=None,
         ngram_buckets=0,
         ngram_dropout=0.0,
+        scale_embeddings=True,
+        use_bias=True,
         **kwargs,
     ):
+        arguments = dict(locals())
         super().__init__(**kwargs)
-        self.num_classes = validation.positive_int(num_classes, "num_classes")
+        self.num_classes = checks.positive_int(num_classes, "num_classes")
         if num_classes < 2:
             raise ValueError(f"`num_classes` must be at least 2, got {num_classes}.")
-        self.pooling = validation.one_of(pooling, POOLINGS, "pooling")
+        self.pooling = checks.one_of(pooling, POOLINGS, "pooling")
         self.hidden_units = int(hidden_units)
         self.encoder = Encoder(
-            num_layers,
-            d_model,
-            num_heads,
-            dff,
-            vocab_size,
-            max_length,
-            dropout_rate=dropout_rate,
-            pad_id=pad_id,
-            activation=activation,
-            norm_first=norm_first,
-            position=position,
-            key_dim=key_dim,
-            ngram_buckets=ngram_buckets,
-            ngram_dropout=ngram_dropout,
+            **{name: arguments[name] for name in ENCODER_SETTINGS},
             dtype=self.dtype_policy,
             name="encoder",
         )

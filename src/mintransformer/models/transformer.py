@@ -3,7 +3,8 @@
     logits = Linear(Decoder(target_ids, Encoder(source_ids)))
 
 Masks are built inside from `pad_id`, so callers pass only token ids; explicit
-`(batch, length)` boolean padding masks are accepted too.
+`(batch, length)` boolean padding masks are accepted too (and are the only masks
+when `pad_id` is None).
 """
 
 from __future__ import annotations
@@ -11,9 +12,19 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer.layers import validation
+from mintransformer import checks
 from mintransformer.layers.decoder import Decoder
 from mintransformer.layers.encoder import Encoder
+
+DEFAULT_DROPOUT_RATE = 0.1
+# The constructor arguments that are the model's own; the others go to both stacks.
+MODEL_SETTINGS = (
+    "input_vocab_size",
+    "target_vocab_size",
+    "pe_input",
+    "pe_target",
+    "tie_embeddings",
+)
 
 
 def _check_pair(inputs) -> None:
@@ -26,6 +37,18 @@ def _check_pair(inputs) -> None:
         raise ValueError(
             f"`inputs` must be a pair (source_ids, target_ids), got {type(inputs).__name__}."
         )
+
+
+def _dropout_rate(dropout_rate, rate) -> float:
+    """`dropout_rate`, or its other name `rate`; the default when neither is given."""
+    if rate is None:
+        return DEFAULT_DROPOUT_RATE if dropout_rate is None else dropout_rate
+    if dropout_rate is not None and dropout_rate != rate:
+        raise ValueError(
+            f"`rate` is another name for `dropout_rate`: give one of them, got rate={rate!r} "
+            f"and dropout_rate={dropout_rate!r}."
+        )
+    return rate
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
@@ -41,13 +64,19 @@ class Transformer(keras.Model):
         target_vocab_size: target vocabulary size.
         pe_input: longest source sequence (size of its position table).
         pe_target: longest target sequence.
-        dropout_rate: dropout on embeddings, sub-layer outputs and attention weights.
-        pad_id: padding token id, used to build the masks.
+        dropout_rate: dropout on embeddings, sub-layer outputs and attention
+            weights; 0.1 by default.
+        pad_id: padding token id, used to build the masks; None: every token is
+            real unless an explicit mask says otherwise.
         activation: feed-forward activation, "relu" (the paper) or "gelu".
         norm_first: pre-LN layers (plus a final LayerNorm) instead of post-LN.
         position: "sinusoidal" (the paper) or "learned".
         layer_norm_epsilon: LayerNorm epsilon.
         tie_embeddings: use the target embedding matrix as the output projection.
+        scale_embeddings: multiply token embeddings by sqrt(d_model) (the paper).
+        use_bias: biases in the attention and feed-forward projections.
+        rate: another name for `dropout_rate` (the one TensorFlow's Transformer
+            tutorial uses); giving both with different values is an error.
 
     Call arguments:
         inputs: `(source_ids, target_ids)`, int `(batch, source_length)` and
@@ -56,8 +85,8 @@ class Transformer(keras.Model):
             True at real tokens; by default `ids != pad_id`.
         training: enables dropout.
         return_attention_weights: also return a dict of every layer's weights,
-            keyed "encoder_layer{i}", "decoder_layer{i}_block1" (self-attention)
-            and "decoder_layer{i}_block2" (cross-attention).
+            keyed "encoder_layer{i}", "decoder_layer{i}_self_attention" and
+            "decoder_layer{i}_cross_attention".
 
     Returns:
         float32 logits `(batch, target_length, target_vocab_size)`, or `(logits, weights)`.
@@ -73,38 +102,37 @@ class Transformer(keras.Model):
         target_vocab_size,
         pe_input,
         pe_target,
-        dropout_rate=0.1,
+        dropout_rate=None,
         pad_id=0,
         activation="relu",
         norm_first=False,
         position="sinusoidal",
         layer_norm_epsilon=1e-6,
         tie_embeddings=False,
+        scale_embeddings=True,
+        use_bias=True,
+        rate=None,
         **kwargs,
     ):
+        # Every argument above, by name (`rate` folded into `dropout_rate`): the saved config.
+        config = {
+            k: v for k, v in locals().items() if k not in ("self", "kwargs", "rate", "__class__")
+        }
+        config["dropout_rate"] = _dropout_rate(dropout_rate, rate)
         super().__init__(**kwargs)
-        shared = dict(
-            num_layers=num_layers,
-            d_model=d_model,
-            num_heads=num_heads,
-            dff=dff,
-            dropout_rate=dropout_rate,
-            pad_id=pad_id,
-            activation=activation,
-            norm_first=norm_first,
-            position=position,
-            layer_norm_epsilon=layer_norm_epsilon,
-            dtype=self.dtype_policy,
-        )
+        self.config = config
+        shared = {k: v for k, v in config.items() if k not in MODEL_SETTINGS}
         self.encoder = Encoder(
-            vocab_size=validation.positive_int(input_vocab_size, "input_vocab_size"),
-            max_length=validation.positive_int(pe_input, "pe_input"),
+            vocab_size=checks.positive_int(input_vocab_size, "input_vocab_size"),
+            max_length=checks.positive_int(pe_input, "pe_input"),
+            dtype=self.dtype_policy,
             name="encoder",
             **shared,
         )
         self.decoder = Decoder(
-            vocab_size=validation.positive_int(target_vocab_size, "target_vocab_size"),
-            max_length=validation.positive_int(pe_target, "pe_target"),
+            vocab_size=checks.positive_int(target_vocab_size, "target_vocab_size"),
+            max_length=checks.positive_int(pe_target, "pe_target"),
+            dtype=self.dtype_policy,
             name="decoder",
             **shared,
         )
@@ -112,23 +140,6 @@ class Transformer(keras.Model):
             None
             if tie_embeddings
             else keras.layers.Dense(target_vocab_size, dtype=self.dtype_policy, name="logits")
-        )
-        self.config = dict(
-            num_layers=num_layers,
-            d_model=d_model,
-            num_heads=num_heads,
-            dff=dff,
-            input_vocab_size=input_vocab_size,
-            target_vocab_size=target_vocab_size,
-            pe_input=pe_input,
-            pe_target=pe_target,
-            dropout_rate=dropout_rate,
-            pad_id=pad_id,
-            activation=activation,
-            norm_first=norm_first,
-            position=position,
-            layer_norm_epsilon=layer_norm_epsilon,
-            tie_embeddings=tie_embeddings,
         )
 
     def build(self, input_shape):
@@ -169,14 +180,14 @@ class Transformer(keras.Model):
     ):
         _check_pair(inputs)
         source_ids, target_ids = inputs
-        validation.rank(source_ids, 2, "source_ids", "(batch, length)")
-        validation.rank(target_ids, 2, "target_ids", "(batch, length)")
+        checks.rank(source_ids, 2, "source_ids", "(batch, length)")
+        checks.rank(target_ids, 2, "target_ids", "(batch, length)")
         encoded = self.encode(source_ids, source_mask, training, return_attention_weights)
         decoded = self.decoder(
             target_ids,
             encoded[0],
             source_padding_mask=encoded[-1],
-            target_padding_mask=target_mask,
+            target_padding_mask=self.decoder.padding_mask(target_ids, target_mask, "target_mask"),
             training=training,
             return_attention_weights=return_attention_weights,
         )

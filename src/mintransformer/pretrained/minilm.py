@@ -44,7 +44,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from mintransformer.layers import masks, validation
+from mintransformer import checks
+from mintransformer.layers import masks
 from mintransformer.layers.bert_embedding import BertEmbedding
 from mintransformer.layers.encoder import EncoderLayer
 
@@ -111,7 +112,7 @@ class BertEncoder(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
-        self.num_layers = validation.positive_int(num_layers, "num_layers")
+        self.num_layers = checks.positive_int(num_layers, "num_layers")
         self.d_model = d_model
         self.num_heads = num_heads
         self.dff = dff
@@ -187,7 +188,7 @@ class BertEncoder(keras.layers.Layer):
         self.built = True
 
     def call(self, token_ids, attention_mask=None, token_type_ids=None, training=None):
-        validation.rank(token_ids, 2, "token_ids", "(batch, length)")
+        checks.rank(token_ids, 2, "token_ids", "(batch, length)")
         keep = key_mask(attention_mask, token_ids)
         x = self.embedding(token_ids, token_type_ids=token_type_ids, training=training)
         for block in self.blocks:
@@ -224,7 +225,7 @@ def key_mask(attention_mask, token_ids):
     """
     if attention_mask is None:
         return ops.ones_like(token_ids, dtype="bool")
-    dtype = validation.dtype_name(attention_mask)
+    dtype = checks.dtype_name(attention_mask)
     if dtype != "bool":
         if "int" not in dtype:
             raise ValueError(
@@ -493,7 +494,7 @@ def sentence_embeddings(
     """
     if (encoder is None) != (tokenizer is None):
         raise ValueError("Pass both `encoder` and `tokenizer` (from `load_minilm`), or neither.")
-    validation.positive_int(batch_size, "batch_size")
+    checks.positive_int(batch_size, "batch_size")
     texts = [texts] if isinstance(texts, str) else list(texts)
     for text in texts:
         if not isinstance(text, str):

@@ -1,65 +1,44 @@
-"""Training a text classifier: labelled texts -> tokenizer -> length buckets -> fit -> run dir.
+"""Training a text classifier: labelled texts -> tokenizer -> batches -> model -> loop.
 
-`train_classification` is what `mintransformer train classification` calls. The
-tokenizer is trained on the training split only; each text becomes `<s>` + its
-tokens, cut to `max_length` by the configured truncation. Optimisation is the
-translation recipe (warm-up to a peak rate, then Noam or linear decay, with
-Adam(0.9, 0.98, 1e-9)) with cross-entropy; checkpoints, exact resume and
-averaging are `fit_run`'s.
+`train` is what `mintransformer train classification` calls. The tokenizer is
+trained on the training split only; each text becomes `<s>` + its tokens, cut to
+`max_length` by the configured truncation. Optimisation is warm-up to a peak rate,
+then Noam or linear decay, with Adam(0.9, 0.98, 1e-9) and cross-entropy; the loop
+(`training.loop.fit`) checkpoints, resumes and averages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from pathlib import Path
 
 import keras
-import numpy as np
 
+from mintransformer.classification import Accuracy, Classifier
+from mintransformer.config import ClassificationConfig
 from mintransformer.data.batching import ClassificationBatches
-from mintransformer.data.labelled import LabelSet, truncate
+from mintransformer.data.labelled import LabelSet, encode_texts, load_splits
+from mintransformer.loading import build_model
 from mintransformer.models.classifier import TextClassifier
-from mintransformer.run import ClassificationConfig, RunDirectory
+from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
-from mintransformer.training import checkpoints
-from mintransformer.training.translation import fit_run, model_variables, warmup_adam
+from mintransformer.training import loop
+
+Examples = list[tuple[str, str]]
 
 
-def build_model(config: ClassificationConfig, vocab_size: int) -> TextClassifier:
-    """The `TextClassifier` a config describes, built and ready."""
-    model = TextClassifier(
-        config.num_layers,
-        config.d_model,
-        config.num_heads,
-        config.dff,
-        vocab_size,
-        config.max_length,
-        num_classes=len(config.labels),
-        dropout_rate=config.dropout_rate,
-        pad_id=Tokenizer.pad_id,
-        pooling=config.pooling,
-        hidden_units=config.hidden_units,
-        key_dim=config.key_dim,
-        ngram_buckets=config.ngram_buckets,
-        ngram_dropout=config.ngram_dropout,
-        dtype="mixed_bfloat16" if config.mixed_precision else None,
-    )
-    model(np.ones((1, 2), "int32"))
-    return model
-
-
-def encode_texts(tokenizer: Tokenizer, texts: Sequence[str], config) -> list[list[int]]:
-    """`<s>` + the text's tokens, truncated to `config.max_length` in all."""
-    return [
-        [tokenizer.start_id, *truncate(ids, config.max_length - 1, config.truncation)]
-        for ids in tokenizer.encode_batch(list(texts))
-    ]
-
-
-def make_batches(tokenizer, pairs, labels: LabelSet, config, shuffle: bool, source: str):
-    token_ids = encode_texts(tokenizer, [text for text, _ in pairs], config)
+def make_batches(
+    tokenizer: Tokenizer,
+    examples: Examples,
+    labels: LabelSet,
+    config: ClassificationConfig,
+    shuffle: bool,
+    source: str,
+) -> ClassificationBatches:
+    """Length-bucketed `(token_ids, class_ids)` batches; `source` names the data in errors."""
+    texts = [text for text, _ in examples]
     return ClassificationBatches(
-        token_ids,
-        labels.ids([label for _, label in pairs], source),
+        encode_texts(tokenizer, texts, config.max_length, config.truncation),
+        labels.ids([label for _, label in examples], source),
         pad_id=tokenizer.pad_id,
         max_tokens=config.max_tokens,
         max_batch_size=config.max_batch_size,
@@ -69,20 +48,13 @@ def make_batches(tokenizer, pairs, labels: LabelSet, config, shuffle: bool, sour
 
 
 def compile_for_training(model, config: ClassificationConfig, steps_per_epoch: int) -> None:
-    """`warmup_adam` with cross-entropy and accuracy."""
-    model.compile(
-        optimizer=warmup_adam(config, steps_per_epoch),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    model.optimizer.build(model.trainable_variables)
+    """The loop's warm-up Adam with cross-entropy over class logits, and accuracy."""
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    loop.compile_for_training(model, config, steps_per_epoch, loss, ["accuracy"])
 
 
 def train_classification(
-    run: RunDirectory,
-    splits: dict[str, list[tuple[str, str]]],
-    resume: bool = False,
-    verbose: int = 1,
+    run: RunDirectory, splits: dict[str, Examples], resume: bool = False, verbose: int = 1
 ) -> tuple[TextClassifier, Tokenizer]:
     """Trains (or resumes) the run's classifier on `splits["train"]`, validating on "val".
 
@@ -92,27 +64,48 @@ def train_classification(
     config = run.config(ClassificationConfig)
     keras.utils.set_random_seed(config.seed)
     labels = LabelSet(config.labels)
-    if resume and run.tokenizer_path.is_file():
-        tokenizer = Tokenizer.load(run.tokenizer_path)
-    else:
-        tokenizer = Tokenizer.train(
-            (text for text, _ in splits["train"]),
-            vocab_size=config.vocab_size,
-            lowercase=config.lowercase,
-        )
-        tokenizer.save(run.tokenizer_path)
+    texts = (text for text, _ in splits["train"])
+    tokenizer = loop.prepare_tokenizer(
+        run, texts, resume, vocab_size=config.vocab_size, lowercase=config.lowercase
+    )
     train = make_batches(tokenizer, splits["train"], labels, config, True, "the training data")
     val = make_batches(tokenizer, splits["val"], labels, config, False, "the validation data")
     model = build_model(config, tokenizer.vocab_size)
     compile_for_training(model, config, len(train))
-    fit_run(run, model, train, val, config, resume, verbose)
+    loop.fit(run, model, train, val, config, resume, verbose)
     return model, tokenizer
 
 
-def load_trained(run: RunDirectory) -> tuple[TextClassifier, Tokenizer, ClassificationConfig]:
-    """The model (final weights), tokenizer and config of a finished run."""
-    config = run.config(ClassificationConfig)
-    tokenizer = Tokenizer.load(run.tokenizer_path)
-    model = build_model(config, tokenizer.vocab_size)
-    checkpoints.load_variables(run.weights_path, model_variables(model))
-    return model, tokenizer, config
+def _load_data(config: ClassificationConfig) -> dict[str, Examples]:
+    splits = load_splits(config.data, config.seed)
+    if not config.labels:  # a new run: the classes come from the training data
+        config.labels = LabelSet.from_labels([label for _, label in splits["train"]]).names
+    return splits
+
+
+def train(
+    path: str | Path,
+    config: ClassificationConfig | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    verbose: int = 1,
+) -> tuple[TextClassifier, Tokenizer, Accuracy | None]:
+    """Trains a new run in `path` with `config` (or resumes it), then scores its test split.
+
+    `config.data` names the files: "train", "val" and "test" paths and "val_fraction".
+
+    Returns:
+        the model, its tokenizer, and the accuracy on the test split (None without one).
+    """
+    run, config, splits = loop.open_run(
+        path, config, ClassificationConfig, resume, overwrite, _load_data
+    )
+    counts = ", ".join(f"{k} {len(v):,} texts" for k, v in splits.items())
+    print(f"data: {counts}; classes {config.labels}")
+    model, tokenizer = train_classification(run, splits, resume=resume, verbose=verbose)
+    accuracy = None
+    if "test" in splits:
+        classifier = Classifier(model, tokenizer, config)
+        accuracy = classifier.accuracy(splits["test"], config.data["test"], progress=verbose > 0)
+    return model, tokenizer, accuracy

@@ -1,49 +1,29 @@
-"""Training a language model on a text file: lines -> tokenizer -> windows -> fit -> run dir.
+"""Training a language model on a text file: lines -> tokenizer -> windows -> model -> loop.
 
-`train_language_model` is what `mintransformer train lm` calls. The text's token
-stream (`data.text`) is cut into windows of `max_length + 1` tokens; the last
-`val_fraction` of them (the end of the file) is held out for validation. Training,
-checkpoints, exact resume and the final checkpoint averaging are those of
-translation (`training.translation.fit_run`).
+`train` is what `mintransformer train lm` calls. The text's token stream
+(`data.windows`) is cut into windows of `max_length + 1` tokens; the last
+`val_fraction` of them (the end of the file) is held out for validation. The loop
+(`training.loop.fit`) checkpoints, resumes and averages, as for translation.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import keras
 import numpy as np
 
-from mintransformer.data.text import (
-    WindowBatches,
-    decode_text,
-    make_windows,
-    prompt_ids,
-    token_stream,
-)
-from mintransformer.decoding.sampling import generate
+from mintransformer.config import LanguageModelConfig
+from mintransformer.data.text import read_text
+from mintransformer.data.windows import WindowBatches, make_windows, token_stream
+from mintransformer.generation import generate_text  # noqa: F401  (it was defined here)
+from mintransformer.loading import build_model
 from mintransformer.models.language_model import LanguageModel
-from mintransformer.run import LanguageModelConfig, RunDirectory
+from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
-from mintransformer.training import checkpoints
-from mintransformer.training.translation import compile_for_training, fit_run, model_variables
-
-
-def build_model(config: LanguageModelConfig, vocab_size: int) -> LanguageModel:
-    """The `LanguageModel` a config describes, built and ready."""
-    model = LanguageModel(
-        config.num_layers,
-        config.d_model,
-        config.num_heads,
-        config.dff,
-        vocab_size,
-        config.max_length,
-        dropout_rate=config.dropout_rate,
-        pad_id=Tokenizer.pad_id,
-    )
-    model(np.ones((1, 2), "int32"))
-    return model
+from mintransformer.training import loop
+from mintransformer.training.loop import compile_for_training
 
 
 def split_windows(
@@ -78,57 +58,28 @@ def train_language_model(
     if not 0 < config.val_fraction < 1:
         raise ValueError(f"`val_fraction` must be in (0, 1), got {config.val_fraction}.")
     keras.utils.set_random_seed(config.seed)
-    if resume and run.tokenizer_path.is_file():
-        tokenizer = Tokenizer.load(run.tokenizer_path)
-    else:
-        tokenizer = Tokenizer.train(lines, vocab_size=config.vocab_size)
-        tokenizer.save(run.tokenizer_path)
+    tokenizer = loop.prepare_tokenizer(run, lines, resume, vocab_size=config.vocab_size)
     train_windows, val_windows = split_windows(tokenizer, lines, config)
     batch_size = max(1, config.max_tokens // config.max_length)
     train = WindowBatches(train_windows, batch_size, shuffle=True, seed=config.seed)
     val = WindowBatches(val_windows, batch_size, shuffle=False)
     model = build_model(config, tokenizer.vocab_size)
     compile_for_training(model, config, len(train))
-    fit_run(run, model, train, val, config, resume, verbose)
+    loop.fit(run, model, train, val, config, resume, verbose)
     return model, tokenizer
 
 
-def load_trained_language_model(
-    run: RunDirectory,
-) -> tuple[LanguageModel, Tokenizer, LanguageModelConfig]:
-    """The model (final weights), tokenizer and config of a finished language-model run."""
-    config = run.config(LanguageModelConfig)
-    tokenizer = Tokenizer.load(run.tokenizer_path)
-    model = build_model(config, tokenizer.vocab_size)
-    checkpoints.load_variables(run.weights_path, model_variables(model))
-    return model, tokenizer, config
-
-
-def generate_text(
-    model: LanguageModel,
-    tokenizer: Tokenizer,
-    prompts: Sequence[str],
-    max_new_tokens: int = 50,
-    **options,
-) -> list[str]:
-    """Each prompt followed by its generated continuation, as text (</s> = line break).
-
-    A prompt too long to leave room for `max_new_tokens` keeps its last tokens,
-    with a warning. `options` are those of `decoding.sampling.generate`.
-    """
-    if max_new_tokens > model.max_length:
-        raise ValueError(
-            f"max_new_tokens ({max_new_tokens}) exceeds the model's context of "
-            f"max_length={model.max_length} tokens."
-        )
-    room = model.max_length - max_new_tokens + 1
-    encoded = [prompt_ids(tokenizer, text) for text in prompts]
-    if any(len(ids) > room for ids in encoded):
-        warnings.warn(
-            f"prompts longer than {room} tokens keep only their last {room} to leave room "
-            f"for {max_new_tokens} new tokens in the model's {model.max_length} positions.",
-            stacklevel=2,
-        )
-        encoded = [ids[-room:] for ids in encoded]
-    generated = generate(model, encoded, max_new_tokens=max_new_tokens, **options)
-    return [decode_text(tokenizer, p + g) for p, g in zip(encoded, generated, strict=True)]
+def train(
+    path: str | Path,
+    config: LanguageModelConfig | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    verbose: int = 1,
+) -> tuple[LanguageModel, Tokenizer]:
+    """Trains a new run in `path` on `config.text` (or resumes the run there)."""
+    run, config, lines = loop.open_run(
+        path, config, LanguageModelConfig, resume, overwrite, lambda c: read_text(c.text)
+    )
+    print(f"data: {len(lines):,} lines of {config.text}")
+    return train_language_model(run, lines, resume=resume, verbose=verbose)

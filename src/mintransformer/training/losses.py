@@ -10,7 +10,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer.layers import validation
+from mintransformer import checks
 
 
 def smoothed_token_losses(labels, logits, label_smoothing: float):
@@ -37,7 +37,7 @@ class MaskedLoss(keras.losses.Loss):
 
     def __init__(self, label_smoothing: float = 0.1, pad_id: int = 0, name="masked_loss", **kw):
         super().__init__(name=name, **kw)
-        self.label_smoothing = validation.dropout_rate(label_smoothing, "label_smoothing")
+        self.label_smoothing = checks.dropout_rate(label_smoothing, "label_smoothing")
         self.pad_id = pad_id
 
     def call(self, y_true, y_pred):

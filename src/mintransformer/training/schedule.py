@@ -15,11 +15,12 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer.layers import validation
+from mintransformer import checks
+from mintransformer.config import SCHEDULES
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
-class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
+class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Warm-up then inverse-square-root decay; use with Adam(0.9, 0.98, 1e-9).
 
     Args:
@@ -29,14 +30,14 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
-        self.d_model = validation.positive_int(d_model, "d_model")
-        self.warmup_steps = validation.positive_int(warmup_steps, "warmup_steps")
+        self.d_model = checks.positive_int(d_model, "d_model")
+        self.warmup_steps = checks.positive_int(warmup_steps, "warmup_steps")
         if not scale > 0:
             raise ValueError(f"`scale` must be positive, got {scale!r}.")
         self.scale = float(scale)
 
     @classmethod
-    def for_peak(cls, d_model: int, warmup_steps: int, peak: float) -> CustomSchedule:
+    def for_peak(cls, d_model: int, warmup_steps: int, peak: float) -> NoamSchedule:
         """The schedule whose highest learning rate (at `warmup_steps`) is `peak`."""
         return cls(d_model, warmup_steps, scale=peak * (d_model * warmup_steps) ** 0.5)
 
@@ -64,13 +65,13 @@ class LinearWarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         if not peak > 0:
             raise ValueError(f"`peak` must be positive, got {peak!r}.")
         self.peak = float(peak)
-        self.total_steps = validation.positive_int(total_steps, "total_steps")
+        self.total_steps = checks.positive_int(total_steps, "total_steps")
         if total_steps < 2:
             raise ValueError(
                 f"`total_steps` must be at least 2 (a step of warm-up and one of decay), "
                 f"got {total_steps}."
             )
-        self.warmup_steps = validation.positive_int(warmup_steps, "warmup_steps")
+        self.warmup_steps = checks.positive_int(warmup_steps, "warmup_steps")
         if warmup_steps >= total_steps:
             raise ValueError(
                 f"`warmup_steps` ({warmup_steps}) must be less than `total_steps` ({total_steps})."
@@ -91,7 +92,9 @@ class LinearWarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-SCHEDULES = ("noam", "linear")
+# The name the TensorFlow Transformer tutorial gives the Noam schedule.
+CustomSchedule = NoamSchedule
+keras.saving.get_custom_objects()["mintransformer>CustomSchedule"] = NoamSchedule
 
 
 def warmup_schedule(
@@ -101,7 +104,7 @@ def warmup_schedule(
 
     The warm-up is cut to fit in the run (for "linear", leaving at least one step of decay).
     """
-    validation.one_of(kind, SCHEDULES, "schedule")
+    checks.one_of(kind, SCHEDULES, "schedule")
     if kind == "linear":
         return LinearWarmupDecay(peak, min(warmup_steps, total_steps - 1), total_steps)
-    return CustomSchedule.for_peak(d_model, min(warmup_steps, total_steps), peak)
+    return NoamSchedule.for_peak(d_model, min(warmup_steps, total_steps), peak)

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from mintransformer.training import checkpoints
+from mintransformer import checkpoints
 from tests.conftest import to_numpy
 
 

@@ -1,0 +1,107 @@
+"""Plain text for language modelling: lines -> one token stream -> fixed windows -> batches.
+
+The stream convention: </s> ends every line and also opens the stream, so </s>
+reads "a line starts here". A prompt is `[</s>] + ids(text)`: an empty prompt
+asks for a line from scratch, and generated </s> tokens decode as line breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+
+from mintransformer.data.text import normalize_text
+from mintransformer.tokenizer import Tokenizer
+
+
+def token_stream(tokenizer: Tokenizer, lines: Sequence[str]) -> np.ndarray:
+    """int32 `(num_tokens,)`: `</s> line1 </s> line2 </s> ...`."""
+    stream = [tokenizer.end_id]
+    for ids in tokenizer.encode_batch(list(lines)):
+        stream += ids
+        stream.append(tokenizer.end_id)
+    return np.asarray(stream, "int32")
+
+
+def make_windows(stream: np.ndarray, max_length: int) -> np.ndarray:
+    """Cuts a stream into windows of `max_length + 1` tokens, one every `max_length`.
+
+    Neighbouring windows share one token, so every next-token pair of the stream
+    is a training example exactly once; the tail shorter than a window is dropped.
+
+    Returns:
+        int32 `(num_windows, max_length + 1)`; inputs `[:, :-1]`, labels `[:, 1:]`.
+    """
+    count = max((len(stream) - 1) // max_length, 0)
+    starts = np.arange(count) * max_length
+    return np.asarray(stream)[starts[:, None] + np.arange(max_length + 1)].astype("int32")
+
+
+def prompt_ids(tokenizer: Tokenizer, text: str) -> list[int]:
+    """The ids a prompt is fed as: `[</s>] + ids(text)`."""
+    return [tokenizer.end_id, *tokenizer.encode(normalize_text(text))]
+
+
+def decode_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
+    """Text of stream ids, with </s> as line breaks (a leading </s> is dropped)."""
+    ids = [int(i) for i in ids]
+    if ids and ids[0] == tokenizer.end_id:
+        ids = ids[1:]
+    lines, line = [], []
+    for token in ids:
+        if token == tokenizer.end_id:
+            lines.append(tokenizer.decode(line))
+            line = []
+        else:
+            line.append(token)
+    return "\n".join([*lines, tokenizer.decode(line)])
+
+
+class WindowBatches(keras.utils.PyDataset):
+    """`(inputs, labels)` int32 batches `(batch, max_length)` of windows, for `model.fit`.
+
+    Args:
+        windows: int `(num_windows, max_length + 1)` from `make_windows`.
+        batch_size: windows per batch (one batch may be smaller).
+        shuffle: re-shuffle the windows every epoch with the seed `seed + epoch`.
+        seed: base seed of the shuffling.
+        **kwargs: `keras.utils.PyDataset` options.
+    """
+
+    def __init__(self, windows: np.ndarray, batch_size: int, shuffle: bool, seed: int = 0, **kw):
+        super().__init__(**kw)
+        if len(windows) == 0:
+            raise ValueError("`windows` is empty: no batch to make.")
+        if batch_size < 1:
+            raise ValueError(f"`batch_size` must be positive, got {batch_size}.")
+        self.windows = np.asarray(windows, "int32")
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draws the batches of `epoch`, e.g. when resuming training."""
+        self.epoch = epoch
+        count = len(self.windows)
+        order = np.arange(count)
+        if self.shuffle:
+            order = np.random.default_rng(self.seed + epoch).permutation(count)
+        batches = [order[i : i + self.batch_size] for i in range(0, count, self.batch_size)]
+        # A smaller last batch goes first: Keras' TensorFlow adapter fixes the batch
+        # dimension when its first two batches share it, and a later odd batch then fails.
+        if len(batches) > 1 and len(batches[-1]) < self.batch_size:
+            batches.insert(0, batches.pop())
+        self._batches = batches
+
+    def on_epoch_end(self) -> None:
+        self.set_epoch(self.epoch + 1)
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.windows[self._batches[index]]
+        return rows[:, :-1], rows[:, 1:]

@@ -1,0 +1,64 @@
+"""Generating text with a trained language-model run.
+
+A prompt is fed as `</s>` + its tokens (`data.windows.prompt_ids`), so an empty
+prompt starts a new line; generated `</s>` tokens come back as line breaks.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from mintransformer.config import LanguageModelConfig
+from mintransformer.data.windows import decode_text, prompt_ids
+from mintransformer.decoding.sampling import generate
+from mintransformer.loading import load_trained
+
+
+class Generator:
+    """Continues text with a `LanguageModel`; `Generator.from_run(dir)` loads a run.
+
+    Args:
+        model: a built `LanguageModel`.
+        tokenizer: its `Tokenizer`.
+    """
+
+    def __init__(self, model, tokenizer):
+        self.model = model
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_run(cls, path: str | Path) -> Generator:
+        model, tokenizer, _ = load_trained(path, LanguageModelConfig)
+        return cls(model, tokenizer)
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = 50, **options) -> list[str]:
+        """Each prompt followed by its generated continuation, as text (</s> = line break).
+
+        A prompt too long to leave room for `max_new_tokens` keeps its last tokens,
+        with a warning. `options` are those of `decoding.sampling.generate`
+        (`temperature`, `top_k`, `top_p`, `seed`, `end_id`).
+        """
+        max_length = self.model.max_length
+        if max_new_tokens > max_length:
+            raise ValueError(
+                f"max_new_tokens ({max_new_tokens}) exceeds the model's context of "
+                f"max_length={max_length} tokens."
+            )
+        room = max_length - max_new_tokens + 1
+        encoded = [prompt_ids(self.tokenizer, text) for text in prompts]
+        if any(len(ids) > room for ids in encoded):
+            warnings.warn(
+                f"prompts longer than {room} tokens keep only their last {room} to leave room "
+                f"for {max_new_tokens} new tokens in the model's {max_length} positions.",
+                stacklevel=2,
+            )
+            encoded = [ids[-room:] for ids in encoded]
+        generated = generate(self.model, encoded, max_new_tokens=max_new_tokens, **options)
+        return [decode_text(self.tokenizer, p + g) for p, g in zip(encoded, generated, strict=True)]
+
+
+def generate_text(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 50, **options):
+    """`Generator(model, tokenizer).generate(...)`, as a function."""
+    return Generator(model, tokenizer).generate(prompts, max_new_tokens, **options)

@@ -1,0 +1,178 @@
+"""`Stack`: token embedding, N blocks and, when pre-LN, a final LayerNorm.
+
+The shared base of `Encoder`, `Decoder` and the language model's causal stack.
+Subclasses set `block_class` and write `call` (which masks to build and how the
+blocks are chained).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from mintransformer import checks
+from mintransformer.layers import masks
+from mintransformer.layers.embedding import TokenAndPositionEmbedding
+
+
+class Stack(keras.layers.Layer):
+    """Embedding + `num_layers` blocks (+ final LayerNorm when `norm_first`).
+
+    Args:
+        num_layers: number of blocks.
+        d_model: model width.
+        num_heads: attention heads; must divide `d_model` unless `key_dim` is given.
+        dff: feed-forward inner width.
+        vocab_size: number of token ids.
+        max_length: longest sequence (size of the position table).
+        dropout_rate: dropout on embeddings, sub-layer outputs and attention weights.
+        pad_id: padding id used to build the padding mask from token ids; None
+            treats every token as real (explicit padding masks still apply).
+        activation: feed-forward activation, "relu", "gelu" or "gelu_tanh".
+        norm_first: pre-LN blocks plus a final LayerNorm instead of post-LN.
+        position: "sinusoidal" (the paper) or "learned".
+        layer_norm_epsilon: LayerNorm epsilon.
+        key_dim: per-head width; by default `d_model // num_heads`.
+        ngram_buckets, ngram_dropout: hashed bigram embedding added to each
+            token's, as `TokenAndPositionEmbedding` (0 buckets: none).
+        scale_embeddings: multiply token embeddings by sqrt(d_model) (the paper);
+            False for models such as GPT-2 that do not.
+        use_bias: biases in every block's attention and feed-forward projections.
+    """
+
+    block_class: type
+
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        dff: int,
+        vocab_size: int,
+        max_length: int,
+        dropout_rate: float = 0.1,
+        pad_id: int | None = 0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        position: str = "sinusoidal",
+        layer_norm_epsilon: float = 1e-6,
+        key_dim: int | None = None,
+        ngram_buckets: int = 0,
+        ngram_dropout: float = 0.0,
+        scale_embeddings: bool = True,
+        use_bias: bool = True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_layers = checks.positive_int(num_layers, "num_layers")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.vocab_size = vocab_size
+        self.max_length = max_length
+        self.dropout_rate = dropout_rate
+        self.pad_id = None if pad_id is None else checks.non_negative_int(pad_id, "pad_id")
+        self.activation = activation
+        self.norm_first = norm_first
+        self.position = position
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.key_dim = key_dim
+        self.use_bias = bool(use_bias)
+        self.embedding = TokenAndPositionEmbedding(
+            vocab_size,
+            d_model,
+            max_length,
+            dropout_rate,
+            position,
+            ngram_buckets=ngram_buckets,
+            ngram_dropout=ngram_dropout,
+            scale_embeddings=scale_embeddings,
+            dtype=self.dtype_policy,
+            name="embedding",
+        )
+        prefix = self.block_class.__name__.replace("Layer", "").lower()
+        self.blocks = [
+            self.block_class(
+                d_model,
+                num_heads,
+                dff,
+                dropout_rate=dropout_rate,
+                activation=activation,
+                norm_first=norm_first,
+                layer_norm_epsilon=layer_norm_epsilon,
+                use_bias=use_bias,
+                key_dim=key_dim,
+                dtype=self.dtype_policy,
+                name=f"{prefix}_layer{i + 1}",
+            )
+            for i in range(num_layers)
+        ]
+        self.final_norm = (
+            keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm"
+            )
+            if norm_first
+            else None
+        )
+
+    def build(self, input_shape):
+        self.embedding.build(input_shape)
+        hidden_shape = tuple(input_shape) + (self.d_model,)
+        for block in self.blocks:
+            block.build(hidden_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(hidden_shape)
+        self.built = True
+
+    def finish(self, x):
+        """The final LayerNorm of a pre-LN stack; the identity for post-LN."""
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def empty_cache(self, batch_size, max_length: int) -> tuple:
+        """Per block, zeros `(2, batch, heads, max_length, depth)` for cached `step`s."""
+        depth = self.blocks[0].self_attention.depth
+        shape = (2, batch_size, self.num_heads, max_length, depth)
+        return tuple(ops.zeros(shape, dtype=self.compute_dtype) for _ in self.blocks)
+
+    def padding_mask(self, token_ids, mask=None, name: str = "padding_mask"):
+        """bool `(batch, length)`, True at real tokens: `mask` (checked) or built from ids.
+
+        Args:
+            token_ids: int `(batch, length)`.
+            mask: optional bool `(batch, length)`; by default `token_ids != pad_id`,
+                or all True when `pad_id` is None.
+            name: the argument name that errors report.
+
+        Raises:
+            ValueError: if `token_ids` is not rank 2, or `mask` is not bool or
+                not of the shape of `token_ids`.
+        """
+        checks.rank(token_ids, 2, "token_ids", "(batch, length)")
+        if mask is not None:
+            return masks.check_padding_mask(mask, token_ids, name)
+        if self.pad_id is None:
+            return ops.ones_like(token_ids, dtype="bool")
+        return masks.token_mask(token_ids, self.pad_id)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_layers=self.num_layers,
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            dff=self.dff,
+            vocab_size=self.vocab_size,
+            max_length=self.max_length,
+            dropout_rate=self.dropout_rate,
+            pad_id=self.pad_id,
+            activation=self.activation,
+            norm_first=self.norm_first,
+            position=self.position,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            key_dim=self.key_dim,
+            ngram_buckets=self.embedding.ngram_buckets,
+            ngram_dropout=self.embedding.ngram_dropout,
+            scale_embeddings=self.embedding.scale_embeddings,
+            use_bias=self.use_bias,
+        )
+        return config

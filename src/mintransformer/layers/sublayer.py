@@ -1,0 +1,191 @@
+"""What every Transformer block shares: Add & Norm, cached self-attention, block options.
+
+Each sub-layer (attention or feed-forward) is wrapped in a residual connection
+and layer normalisation (paper section 5.4):
+
+    post-LN (the paper):  norm(x + dropout(sublayer(x)))
+    pre-LN (norm_first):  x + dropout(sublayer(norm(x)))
+
+Pre-LN trains more stably without learning-rate warm-up, and needs a final
+LayerNorm after the last block (`Stack` adds it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+from keras import ops
+
+from mintransformer import checks
+from mintransformer.layers.attention import MultiHeadAttention
+from mintransformer.layers.feedforward import FeedForward
+
+
+def residual(
+    x,
+    sublayer: Callable,
+    norm: Callable,
+    dropout: Callable,
+    norm_first: bool,
+    training: bool | None = None,
+):
+    """Add & Norm around `sublayer`, post-LN or pre-LN.
+
+    Args:
+        x: `(batch, length, d_model)`.
+        sublayer: a callable of one `(batch, length, d_model)` tensor returning a
+            tensor of that shape, or a tuple whose first item is that tensor.
+        norm: the sub-layer's LayerNorm.
+        dropout: the sub-layer's Dropout, applied to the sub-layer output.
+        norm_first: pre-LN `x + dropout(sublayer(norm(x)))` instead of post-LN
+            `norm(x + dropout(sublayer(x)))`.
+        training: enables dropout.
+
+    Returns:
+        `(output (batch, length, d_model), extra)`: `extra` is the second item
+        of a tuple returned by `sublayer` (attention weights), else None.
+    """
+    result = sublayer(norm(x) if norm_first else x)
+    out, extra = result if isinstance(result, tuple) else (result, None)
+    x = x + dropout(out, training=training)
+    return (x if norm_first else norm(x)), extra
+
+
+def cached_self_attention(
+    x,
+    index,
+    cache,
+    attention: MultiHeadAttention,
+    norm: Callable,
+    dropout: Callable,
+    norm_first: bool,
+    padding_mask=None,
+):
+    """Add & Norm around causal self-attention of one position over a key/value cache.
+
+    The inference path of `EncoderLayer.step` (a GPT block) and `DecoderLayer.step`:
+    the new position's key and value are written into slot `index` of the cache,
+    and the query attends to slots `0..index`.
+
+    Args:
+        x: `(batch, 1, d_model)`, the input at position `index`.
+        index: int scalar, the position being processed.
+        cache: `(2, batch, heads, max_length, depth)` keys and values of
+            positions `< index` (later slots are ignored).
+        attention: the block's self-attention.
+        norm: the sub-layer's LayerNorm.
+        dropout: the sub-layer's Dropout (inactive here).
+        norm_first: pre-LN instead of post-LN.
+        padding_mask: optional bool `(batch, max_length)` over the cache slots,
+            True at real tokens; ANDed with the causal visibility.
+
+    Returns:
+        `(output (batch, 1, d_model), updated cache)`.
+    """
+    max_length = ops.shape(cache)[3]
+    visible = (ops.arange(max_length) <= index)[None, None, None, :]
+    if padding_mask is not None:
+        visible = ops.logical_and(visible, padding_mask[:, None, None, :])
+    updated = []
+
+    # A closure so that `residual` applies the pre-LN norm before the keys are projected.
+    def attend(h):
+        key, value = attention.project_key_value(h)
+        new = ops.cast(ops.stack([key, value]), cache.dtype)
+        new = ops.slice_update(cache, (0, 0, 0, index, 0), new)
+        updated.append(new)
+        return attention(h, attention_mask=visible, key_value=(new[0], new[1]))
+
+    x, _ = residual(x, attend, norm, dropout, norm_first, False)
+    return x, updated[0]
+
+
+class BlockOptions(keras.layers.Layer):
+    """Arguments, sub-layer builders and config shared by `EncoderLayer` and `DecoderLayer`.
+
+    Args:
+        d_model: model width.
+        num_heads: attention heads; must divide `d_model` unless `key_dim` is given.
+        dff: feed-forward inner width.
+        dropout_rate: dropout on sub-layer outputs and attention weights.
+        activation: feed-forward activation, "relu", "gelu" or "gelu_tanh".
+        norm_first: pre-LN instead of the paper's post-LN.
+        layer_norm_epsilon: LayerNorm epsilon.
+        use_bias: biases in the attention and feed-forward projections.
+        key_dim: per-head width; by default `d_model // num_heads`.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dff: int,
+        dropout_rate: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        use_bias: bool = True,
+        key_dim: int | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if key_dim is None:
+            checks.heads_divide(d_model, num_heads)
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = checks.positive_int(dff, "dff")
+        self.dropout_rate = checks.dropout_rate(dropout_rate)
+        self.activation = activation
+        self.norm_first = bool(norm_first)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.use_bias = bool(use_bias)
+        self.key_dim = key_dim
+
+    def attention(self, name: str) -> MultiHeadAttention:
+        """A new multi-head attention with these options."""
+        return MultiHeadAttention(
+            self.d_model,
+            self.num_heads,
+            self.dropout_rate,
+            self.use_bias,
+            self.key_dim,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def feed_forward(self, name: str = "feed_forward") -> FeedForward:
+        """A new position-wise feed-forward network with these options."""
+        return FeedForward(
+            self.d_model,
+            self.dff,
+            self.activation,
+            self.use_bias,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def norm(self, name: str) -> keras.layers.LayerNormalization:
+        """A new LayerNorm with `layer_norm_epsilon`."""
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+
+    def dropout(self) -> keras.layers.Dropout:
+        """A new Dropout at `dropout_rate`."""
+        return keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            dff=self.dff,
+            dropout_rate=self.dropout_rate,
+            activation=self.activation,
+            norm_first=self.norm_first,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            use_bias=self.use_bias,
+            key_dim=self.key_dim,
+        )
+        return config

@@ -1,0 +1,101 @@
+"""From a config to a model, and from a run directory to a ready model.
+
+`build_model` is the one place where config fields become model arguments, for
+training and inference alike; `load_trained` opens a finished run. Nothing here
+imports the training code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from mintransformer import checkpoints
+from mintransformer.config import (
+    ClassificationConfig,
+    LanguageModelConfig,
+    RunConfig,
+    TranslationConfig,
+)
+from mintransformer.run import RunDirectory
+from mintransformer.tokenizer import Tokenizer
+
+
+def _precision(config: RunConfig) -> str | None:
+    return "mixed_bfloat16" if getattr(config, "mixed_precision", False) else None
+
+
+def build_model(config: RunConfig, vocab_size: int):
+    """The built model a config describes: `Transformer`, `LanguageModel` or `TextClassifier`.
+
+    Args:
+        config: a run config.
+        vocab_size: the tokenizer's vocabulary size (source and target share it).
+    """
+    if not isinstance(config, TranslationConfig | LanguageModelConfig | ClassificationConfig):
+        raise TypeError(f"not a run config: {type(config).__name__}")
+    size = dict(
+        num_layers=config.num_layers,
+        d_model=config.d_model,
+        num_heads=config.num_heads,
+        dff=config.dff,
+        dropout_rate=config.dropout_rate,
+        pad_id=Tokenizer.pad_id,
+    )
+    dummy = np.ones((1, 2), "int32")
+    if isinstance(config, TranslationConfig):
+        from mintransformer.models.transformer import Transformer
+
+        model = Transformer(
+            **size,
+            input_vocab_size=vocab_size,
+            target_vocab_size=vocab_size,
+            pe_input=config.max_length,
+            pe_target=config.max_length,
+            norm_first=config.norm_first,
+            tie_embeddings=config.tie_embeddings,
+            dtype=_precision(config),
+        )
+        model((dummy, dummy))
+        return model
+    if isinstance(config, LanguageModelConfig):
+        from mintransformer.models.language_model import LanguageModel
+
+        model = LanguageModel(**size, vocab_size=vocab_size, max_length=config.max_length)
+    else:
+        from mintransformer.models.classifier import TextClassifier
+
+        model = TextClassifier(
+            **size,
+            vocab_size=vocab_size,
+            max_length=config.max_length,
+            num_classes=len(config.labels),
+            pooling=config.pooling,
+            hidden_units=config.hidden_units,
+            key_dim=config.key_dim,
+            ngram_buckets=config.ngram_buckets,
+            ngram_dropout=config.ngram_dropout,
+            dtype=_precision(config),
+        )
+    model(dummy)
+    return model
+
+
+def load_trained(path: str | Path, expected: type[RunConfig] | None = None):
+    """The model (final weights), tokenizer and config of a finished run.
+
+    Args:
+        path: the run directory.
+        expected: the config class the run must have; a ValueError names the
+            run's kind otherwise (e.g. a classification run given to `translate`).
+
+    Returns:
+        `(model, tokenizer, config)`.
+    """
+    run = RunDirectory.open(path)
+    config = run.config(expected)
+    tokenizer = Tokenizer.load(run.tokenizer_path)
+    model = build_model(config, tokenizer.vocab_size)
+    checkpoints.load_variables(run.weights_path, model.weights)
+    return model, tokenizer, config

@@ -1,0 +1,182 @@
+"""The one training loop every task uses: run directory, tokenizer, optimizer, fit, averaging.
+
+A trainer (`training.translation`, `training.classification`,
+`training.language_model`) reads its data, builds batches and a model, then
+hands them to `fit`:
+
+    run, data = open_run(path, config, resume, overwrite, load_data)
+    tokenizer = prepare_tokenizer(run, texts, resume, vocab_size=...)
+    model = build_model(config, tokenizer.vocab_size)
+    compile_for_training(model, config, len(train))
+    fit(run, model, train, val, config, resume)
+
+`fit` checkpoints every epoch (weights, optimizer slots and dropout-seed state),
+re-seeds every epoch so that a resumed run repeats the uninterrupted one exactly,
+and ends by averaging the last checkpoints into the run's final weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import keras
+
+from mintransformer import checkpoints
+from mintransformer.config import RunConfig
+from mintransformer.run import RunDirectory
+from mintransformer.tokenizer import Tokenizer
+from mintransformer.training.losses import MaskedAccuracy, MaskedLoss
+from mintransformer.training.schedule import warmup_schedule
+
+
+def open_run(
+    path: str | Path,
+    config: RunConfig | None,
+    config_class: type[RunConfig],
+    resume: bool,
+    overwrite: bool,
+    load_data: Callable[[RunConfig], Any],
+) -> tuple[RunDirectory, RunConfig, Any]:
+    """The run directory to train in, its config and its data.
+
+    With `resume` the config is the run's own; otherwise `config` is written to a
+    new run directory. The data are loaded first, so bad data leave no run behind.
+    `load_data` may complete the config (e.g. the class names) before it is saved.
+    """
+    if resume:
+        run = RunDirectory.to_resume(path)
+        config = run.config(config_class)
+    elif not isinstance(config, config_class):
+        raise ValueError(f"a new run needs a {config_class.__name__}, got {config!r}")
+    data = load_data(config)
+    if not resume:
+        run = RunDirectory.create(path, config, overwrite=overwrite)
+    return run, config, data
+
+
+def prepare_tokenizer(
+    run: RunDirectory, texts: Iterable[str], resume: bool, **options: Any
+) -> Tokenizer:
+    """The run's tokenizer: loaded when resuming, else trained on `texts` and saved."""
+    if resume and run.tokenizer_path.is_file():
+        return Tokenizer.load(run.tokenizer_path)
+    tokenizer = Tokenizer.train(texts, **options)
+    tokenizer.save(run.tokenizer_path)
+    return tokenizer
+
+
+def warmup_adam(config: RunConfig, steps_per_epoch: int) -> keras.optimizers.Adam:
+    """Adam(0.9, 0.98, 1e-9) on the config's warm-up schedule ("noam" unless the config
+    has a `schedule`), peaking at `config.peak_learning_rate` after `config.warmup_steps`."""
+    schedule = warmup_schedule(
+        getattr(config, "schedule", "noam"),
+        config.d_model,
+        config.peak_learning_rate,
+        config.warmup_steps,
+        config.epochs * steps_per_epoch,
+    )
+    return keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+
+
+def compile_for_training(
+    model, config: RunConfig, steps_per_epoch: int, loss=None, metrics: list | None = None
+) -> None:
+    """Compiles `model` with `warmup_adam`, `loss` and `metrics`; builds the optimizer.
+
+    The default loss and metric are those of next-token prediction: label-smoothed
+    cross-entropy (`config.label_smoothing`) and accuracy, both ignoring padding.
+    """
+    if loss is None:
+        loss = MaskedLoss(config.label_smoothing, pad_id=Tokenizer.pad_id)
+        metrics = [MaskedAccuracy(pad_id=Tokenizer.pad_id)]
+    model.compile(optimizer=warmup_adam(config, steps_per_epoch), loss=loss, metrics=metrics)
+    model.optimizer.build(model.trainable_variables)
+
+
+def training_state(model) -> list:
+    """Everything needed to continue training exactly: weights, seeds, optimizer slots."""
+    weights = {id(v) for v in model.weights}
+    seeds = [v for v in model.variables if id(v) not in weights]
+    return list(model.weights) + seeds + list(model.optimizer.variables)
+
+
+class EpochCheckpoint(keras.callbacks.Callback):
+    """Writes the full training state after every epoch; keeps the newest `keep`."""
+
+    def __init__(self, run: RunDirectory, keep: int):
+        super().__init__()
+        self.run = run
+        self.keep = max(keep, 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        checkpoints.save_variables(self.run.checkpoint_path(epoch + 1), training_state(self.model))
+        for old in self.run.checkpoints()[: -self.keep]:
+            old.unlink()
+
+
+class EpochSeed(keras.callbacks.Callback):
+    """Seeds every global random generator with `seed + epoch` as each epoch begins.
+
+    Some randomness lives outside the model's variables (on PyTorch, unseeded dropout
+    draws from torch's global generator), so a checkpoint cannot carry it; re-seeding
+    per epoch makes each epoch's randomness depend only on its number, and a resumed
+    run repeats the uninterrupted one.
+    """
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self.seed = seed
+
+    def on_epoch_begin(self, epoch, logs=None):
+        keras.utils.set_random_seed(self.seed + epoch)
+
+
+def fit(
+    run: RunDirectory, model, train, val, config: RunConfig, resume: bool, verbose: int = 1
+) -> None:
+    """`model.fit` with per-epoch checkpoints and exact resume, then `average_into_result`.
+
+    Args:
+        run: the run directory (checkpoints, log, final weights).
+        model: a compiled model whose optimizer is built.
+        train, val: `PyDataset`s; `train.set_epoch(e)` draws epoch `e`'s batches.
+        config: the run's config (`epochs`, `average_last`, `seed`).
+        resume: continue from the newest checkpoint instead of starting afresh.
+        verbose: `model.fit` verbosity (0 silent, 1 progress bar).
+    """
+    initial_epoch = 0
+    saved = run.checkpoints() if resume else []
+    if saved:
+        checkpoints.load_variables(saved[-1], training_state(model))
+        initial_epoch = run.epoch_of(saved[-1])
+        train.set_epoch(initial_epoch)
+    elif not resume:
+        for old in run.checkpoints():
+            old.unlink()
+    if initial_epoch < config.epochs:
+        model.fit(
+            train,
+            validation_data=val,
+            epochs=config.epochs,
+            initial_epoch=initial_epoch,
+            shuffle=False,  # the datasets shuffle themselves, with a seed per epoch
+            callbacks=[
+                EpochSeed(config.seed),
+                EpochCheckpoint(run, keep=config.average_last),
+                keras.callbacks.CSVLogger(str(run.log_path), append=initial_epoch > 0),
+            ],
+            verbose=verbose,
+        )
+    average_into_result(run, model, config.average_last)
+
+
+def average_into_result(run: RunDirectory, model, average_last: int) -> None:
+    """Averages the newest `average_last` checkpoints into the model and `model.npz`."""
+    newest = run.checkpoints()[-max(average_last, 1) :]
+    weights = list(model.weights)
+    arrays = checkpoints.average_checkpoints(newest)[: len(weights)]
+    for variable, array in zip(weights, arrays, strict=True):
+        variable.assign(array.astype(variable.dtype))
+    checkpoints.save_variables(run.weights_path, weights)

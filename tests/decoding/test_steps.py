@@ -1,0 +1,72 @@
+"""The step protocol: cached steps give the full-recompute reference's scores."""
+
+import numpy as np
+import pytest
+
+from mintransformer.decoding.steps import (
+    CachedLanguageModelSteps,
+    CachedSteps,
+    FullRecomputeLanguageModelSteps,
+    FullRecomputeSteps,
+)
+from tests.conftest import padded_sources, random_language_model, random_transformer
+
+START = 1
+
+
+@pytest.fixture(scope="module")
+def model_and_sources():
+    return random_transformer(), padded_sources()
+
+
+@pytest.mark.core
+def test_cached_step_log_probs_match_the_full_model(model_and_sources):
+    model, sources = model_and_sources
+    cached, full = CachedSteps(model, 8), FullRecomputeSteps(model, 8)
+    cached_state, full_state = cached.start(sources), full.start(sources)
+    tokens = np.full(len(sources), START, "int32")
+    for index in range(5):
+        a, cached_state = cached.step(tokens, index, cached_state)
+        b, full_state = full.step(tokens, index, full_state)
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+        tokens = (np.arange(len(sources)) + index + 3).astype("int32")
+
+
+def test_decoding_longer_than_the_position_table_is_refused(model_and_sources):
+    model, _ = model_and_sources
+    with pytest.raises(ValueError, match="pe_target"):
+        CachedSteps(model, 33)
+
+
+@pytest.mark.core
+def test_cached_language_model_steps_match_the_full_model():
+    """Logits agree position by position, also after rows are reordered (as beams are)."""
+    model = random_language_model()
+    cached = CachedLanguageModelSteps(model, 8)
+    full = FullRecomputeLanguageModelSteps(model, 8)
+    cached_state, full_state = cached.start(3), full.start(3)
+    tokens = np.array([5, 9, 11], "int32")
+    for index in range(6):
+        a, cached_state = cached.step(tokens, index, cached_state)
+        b, full_state = full.step(tokens, index, full_state)
+        assert a.shape == (3, model.vocab_size) and a.dtype == np.float32
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+        if index == 2:
+            rows = np.array([2, 0, 0], "int32")
+            cached_state = cached.reorder(cached_state, rows)
+            full_state = full.reorder(full_state, rows)
+        tokens = a.argmax(-1).astype("int32")
+
+
+def test_language_model_steps_longer_than_the_model_are_refused():
+    with pytest.raises(ValueError, match="max_length=32"):
+        CachedLanguageModelSteps(random_language_model(), 33)
+
+
+def test_only_cached_steps_run_compiled_loops(model_and_sources):
+    model, _ = model_and_sources
+    assert CachedSteps(model, 8).compiled_loops
+    assert not FullRecomputeSteps(model, 8).compiled_loops
+    language_model = random_language_model()
+    assert CachedLanguageModelSteps(language_model, 8).compiled_loops
+    assert not FullRecomputeLanguageModelSteps(language_model, 8).compiled_loops
