@@ -21,16 +21,7 @@ from mintransformer.layers.sublayer import BlockOptions, cached_self_attention, 
 class EncoderLayer(BlockOptions):
     """Self-attention then feed-forward, each with Add & Norm.
 
-    Args:
-        d_model: model width.
-        num_heads: attention heads; must divide `d_model`.
-        dff: feed-forward inner width.
-        dropout_rate: dropout on sub-layer outputs and attention weights.
-        activation: feed-forward activation, "relu", "gelu" or "gelu_tanh".
-        norm_first: pre-LN instead of the paper's post-LN.
-        layer_norm_epsilon: LayerNorm epsilon.
-        use_bias: biases in the attention and feed-forward projections.
-        key_dim: per-head width; by default `d_model // num_heads`.
+    Args: as `BlockOptions` (`layers.sublayer`).
 
     Call arguments:
         x: `(batch, length, d_model)`.
