@@ -18,13 +18,25 @@ from keras import ops
 from mintransformer.files import atomic_write
 
 _PATHS_KEY = "__paths__"
+_META_KEY = "__meta__"
 
 
-def save_variables(path: str | Path, variables: Sequence) -> None:
-    """Saves the values of `variables` (in order) to an `.npz` file, atomically."""
+def save_variables(path: str | Path, variables: Sequence, meta: dict | None = None) -> None:
+    """Saves the values of `variables` (in order) to an `.npz` file, atomically.
+
+    `meta` is a JSON-serialisable dict stored beside them (e.g. training time spent).
+    """
     arrays = {f"v{i:05d}": np.asarray(ops.convert_to_numpy(v)) for i, v in enumerate(variables)}
     arrays[_PATHS_KEY] = np.array(json.dumps([v.path for v in variables]))
+    if meta:
+        arrays[_META_KEY] = np.array(json.dumps(meta))
     atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def read_meta(path: str | Path) -> dict:
+    """The `meta` dict a checkpoint was saved with (empty if none)."""
+    with np.load(path) as data:
+        return json.loads(str(data[_META_KEY])) if _META_KEY in data.files else {}
 
 
 def read_arrays(path: str | Path) -> tuple[list[np.ndarray], list[str]]:

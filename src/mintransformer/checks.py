@@ -17,6 +17,13 @@ def non_negative_int(value, name: str) -> int:
     return value
 
 
+def non_negative_number(value, name: str) -> float:
+    """Returns `value` as a float if it is a finite number >= 0, else raises ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e300:
+        raise ValueError(f"`{name}` must be a non-negative number, got {value!r}.")
+    return float(value)
+
+
 def dropout_rate(value, name: str = "dropout_rate") -> float:
     """Returns `value` if it is a number in [0, 1), else raises ValueError naming `name`."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:

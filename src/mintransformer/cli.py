@@ -23,7 +23,12 @@ FLAG_ALIASES = {
     "warmup_steps": ("--warmup",),
     "peak_learning_rate": ("--lr",),
 }
-FLAG_TYPES = {"int": int, "float": float, "str": str, "int | None": int}
+BF16_FLAG = dict(
+    action=argparse.BooleanOptionalAction,
+    default=None,
+    help="bf16 mixed precision; --no-bf16: fp32 (default: bf16 only with AMX or a GPU)",
+)
+FLAG_TYPES = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float}
 
 
 def select_backend(backend: str | None, verbose: int) -> None:
@@ -102,7 +107,7 @@ def train_translation_command(args) -> None:
 
 def demo_command(args) -> None:
     """Train on the embedded number corpus, then translate held-out numbers."""
-    args.preset, args.resume, args.overwrite, args.bf16 = "numbers", False, True, False
+    args.preset, args.resume, args.overwrite, args.bf16 = "numbers", False, True, None
     args.train = args.val = args.test = args.src = args.tgt = args.tsv = args.seed = None
     args.val_fraction = args.test_fraction = 0.02
     train_translation_command(args)
@@ -336,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--test-fraction", type=float, default=0.02)
     data.add_argument("--num-train", type=int, default=30_000, help="numbers corpus size")
     _add_config_flags(translation, "translation", "model and training (override the preset)")
-    translation.add_argument("--bf16", action="store_true", help="bf16 mixed precision")
+    translation.add_argument("--bf16", **BF16_FLAG)
     translation.add_argument(
         "--report", type=int, default=1000, help="held-out sentences translated after training"
     )
@@ -357,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     labelled.add_argument("--val-fraction", type=float, default=0.1)
     labelled.add_argument("--test", help="test texts, scored once after training")
     _add_config_flags(classification, "classification", "model and training (override the preset)")
-    classification.add_argument("--bf16", action="store_true", help="bf16 mixed precision")
+    classification.add_argument("--bf16", **BF16_FLAG)
 
     lm = add(tasks, "lm", "train a decoder-only language model on a text file", train_lm_command)
     _add_run_flags(lm, "run")

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from mintransformer import checks
 
 SCHEDULES = ("noam", "linear")
+EMBEDDING_INITS = ("uniform", "normal")
 TRUNCATIONS = ("head", "tail", "head_tail")
 POOLINGS = ("mean", "cls")
 
@@ -38,6 +39,9 @@ class _Config:
     """JSON (de)serialisation shared by the run configs; `task` names the kind of run."""
 
     task: ClassVar[str]
+    # Settings added after runs were first saved: a config file without one of them
+    # was written before it existed, and gets the value that reproduces that run.
+    before_setting_existed: ClassVar[dict[str, Any]] = {}
 
     def to_json(self) -> str:
         values = {"task": self.task, **dataclasses.asdict(self)}
@@ -53,7 +57,7 @@ class _Config:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"{source} has unknown settings: {', '.join(unknown)}")
-        return cls(**values)
+        return cls(**{**cls.before_setting_existed, **values})
 
 
 def _parse(text: str, source: str) -> dict:
@@ -75,14 +79,24 @@ class TranslationConfig(_Config):
     """
 
     task: ClassVar[str] = "translation"
+    before_setting_existed: ClassVar[dict[str, Any]] = dict(
+        attention_dropout_rate=None, share_embeddings=False, embedding_init="uniform"
+    )
     # model
     num_layers: int = setting(3, "encoder layers and decoder layers (each)")
     d_model: int = setting(256, "model width")
     num_heads: int = setting(4, "attention heads")
     dff: int = setting(1024, "feed-forward inner width")
     dropout_rate: float = setting(0.3, "dropout rate")
+    attention_dropout_rate: float | None = setting(
+        None, "dropout on attention weights (default: the dropout rate)"
+    )
     norm_first: bool = setting(False, "pre-LN blocks with a final LayerNorm")
     tie_embeddings: bool = setting(True, "output projection tied to the target embedding")
+    share_embeddings: bool = setting(False, "one embedding matrix for source and target")
+    embedding_init: str = setting(
+        "uniform", "token embedding initialiser (normal: N(0, d_model^-0.5))", EMBEDDING_INITS
+    )
     max_length: int = setting(128, "longest source or target sequence, in tokens")
     # data and tokenizer
     data: dict = setting({})
@@ -94,8 +108,13 @@ class TranslationConfig(_Config):
     peak_learning_rate: float = setting(1e-3, "highest learning rate, after warm-up")
     label_smoothing: float = setting(0.1, "label smoothing")
     average_last: int = setting(2, "average the last N epoch checkpoints into the result")
+    minutes: float = setting(0.0, "training time budget in minutes (0: none)")
     seed: int = setting(0, "random seed")
-    mixed_precision: bool = setting(False)
+    mixed_precision: bool | None = setting(None)
+
+    def __post_init__(self):
+        checks.one_of(self.embedding_init, EMBEDDING_INITS, "embedding_init")
+        checks.non_negative_number(self.minutes, "minutes")
 
 
 @dataclass
@@ -124,7 +143,11 @@ class LanguageModelConfig(_Config):
     peak_learning_rate: float = setting(1e-3, "highest learning rate, after warm-up")
     label_smoothing: float = setting(0.0, "label smoothing")
     average_last: int = setting(1, "average the last N epoch checkpoints into the result")
+    minutes: float = setting(0.0, "training time budget in minutes (0: none)")
     seed: int = setting(0, "random seed")
+
+    def __post_init__(self):
+        checks.non_negative_number(self.minutes, "minutes")
 
 
 @dataclass
@@ -162,10 +185,12 @@ class ClassificationConfig(_Config):
     peak_learning_rate: float = setting(2e-3, "highest learning rate, after warm-up")
     schedule: str = setting("noam", "learning-rate decay after warm-up", SCHEDULES)
     average_last: int = setting(2, "average the last N epoch checkpoints into the result")
+    minutes: float = setting(0.0, "training time budget in minutes (0: none)")
     seed: int = setting(0, "random seed")
-    mixed_precision: bool = setting(False)
+    mixed_precision: bool | None = setting(None)
 
     def __post_init__(self):
+        checks.non_negative_number(self.minutes, "minutes")
         checks.one_of(self.schedule, SCHEDULES, "schedule")
         checks.one_of(self.truncation, TRUNCATIONS, "truncation")
         checks.one_of(self.pooling, POOLINGS, "pooling")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from mintransformer import checkpoints
+from mintransformer.backend_adapter import choose_precision
 from mintransformer.config import (
     ClassificationConfig,
     LanguageModelConfig,
@@ -23,7 +24,8 @@ from mintransformer.tokenizer import Tokenizer
 
 
 def _precision(config: RunConfig) -> str | None:
-    return "mixed_bfloat16" if getattr(config, "mixed_precision", False) else None
+    bf16, _ = choose_precision(getattr(config, "mixed_precision", False))
+    return "mixed_bfloat16" if bf16 else None
 
 
 def build_model(config: RunConfig, vocab_size: int):
@@ -55,6 +57,9 @@ def build_model(config: RunConfig, vocab_size: int):
             pe_target=config.max_length,
             norm_first=config.norm_first,
             tie_embeddings=config.tie_embeddings,
+            share_embeddings=config.share_embeddings,
+            attention_dropout_rate=config.attention_dropout_rate,
+            embedding_init=config.embedding_init,
             dtype=_precision(config),
         )
         model((dummy, dummy))

@@ -312,6 +312,13 @@ class TranslationBatches(_LengthBuckets):
         """Number of sentence pairs kept."""
         return len(self._lengths)
 
+    def token_counts(self, index: int) -> tuple[int, int]:
+        """`(real, padded)` source + target tokens of batch `index` (target: the labels)."""
+        indices = self._batch(index)
+        real = sum(len(self._encoder_inputs[i]) + len(self._labels[i]) for i in indices)
+        widths = [_round_up(width, self.pad_multiple) for width in self._widths(indices)]
+        return real, len(indices) * sum(widths)
+
     def batch_indices(self, index: int) -> list[int]:
         """Example indices (into the kept pairs) of batch `index` of the current epoch."""
         return list(self._batches[index])
@@ -368,6 +375,12 @@ class ClassificationBatches(_LengthBuckets):
 
     def _widths(self, batch: list[int]) -> list[int]:
         return [max(self._lengths[i] for i in batch)]
+
+    def token_counts(self, index: int) -> tuple[int, int]:
+        """`(real, padded)` tokens of batch `index`."""
+        indices = self._batch(index)
+        width = _round_up(self._widths(indices)[0], self.pad_multiple)
+        return sum(self._lengths[i] for i in indices), len(indices) * width
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         indices = self._batch(index)

@@ -102,6 +102,11 @@ class WindowBatches(keras.utils.PyDataset):
     def __len__(self) -> int:
         return len(self._batches)
 
+    def token_counts(self, index: int) -> tuple[int, int]:
+        """`(real, padded)` input tokens of batch `index`: windows have no padding."""
+        tokens = len(self._batches[index]) * (self.windows.shape[1] - 1)
+        return tokens, tokens
+
     def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         rows = self.windows[self._batches[index]]
         return rows[:, :-1], rows[:, 1:]

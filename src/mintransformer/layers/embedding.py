@@ -2,6 +2,12 @@
 
 The scaling can be turned off (`scale_embeddings=False`), as in GPT-2.
 
+Token vectors start either as Keras' default, uniform in +-0.05, or normal with
+standard deviation d_model^-0.5 (`embedding_init="normal"`): after the sqrt(d_model)
+scaling the token signal then has standard deviation 1, above the 0.71 of the
+sinusoidal positions it is added to, where the uniform start gives 0.46 at
+d_model 256 (0.05 / sqrt(3) * 16), below them.
+
 Optionally each token's embedding also gets a hashed bigram embedding, the vector
 of (previous token, token) looked up in `ngram_buckets` rows: fastText-style
 n-gram features, which let a shallow classifier see word pairs ("not good")
@@ -19,6 +25,7 @@ from mintransformer import checks
 from mintransformer.layers.positional import LearnedPositionalEmbedding, PositionalEncoding
 
 POSITION_KINDS = {"sinusoidal": PositionalEncoding, "learned": LearnedPositionalEmbedding}
+EMBEDDING_INITS = ("uniform", "normal")
 # The bigram hash `previous * vocab_size + token` reaches vocab_size**2 - 1: it must fit in int32.
 MAX_NGRAM_VOCAB_SIZE = math.isqrt(2**31 - 1)
 
@@ -40,6 +47,30 @@ def bigram_ids(token_ids, vocab_size: int, ngram_buckets: int):
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
+class ScaledNormal(keras.initializers.Initializer):
+    """N(0, width^-0.5) for a `(rows, width)` table, with row `zero_row` (padding) all zeros."""
+
+    def __init__(self, zero_row: int | None = None):
+        self.zero_row = zero_row
+
+    def __call__(self, shape, dtype=None):
+        values = keras.random.normal(shape, stddev=shape[-1] ** -0.5, dtype=dtype)
+        if self.zero_row is None:
+            return values
+        rows = ops.expand_dims(ops.arange(shape[0], dtype="int32"), -1)
+        return ops.where(rows == self.zero_row, ops.zeros_like(values), values)
+
+    def get_config(self):
+        return {"zero_row": self.zero_row}
+
+
+def embedding_initializer(kind: str, pad_id: int | None = None):
+    """The Keras initializer of token tables for `kind` in `EMBEDDING_INITS`."""
+    checks.one_of(kind, EMBEDDING_INITS, "embedding_init")
+    return "uniform" if kind == "uniform" else ScaledNormal(zero_row=pad_id)
+
+
+@keras.saving.register_keras_serializable(package="mintransformer")
 class TokenAndPositionEmbedding(keras.layers.Layer):
     """`dropout((embedding(ids) + bigram_embedding(ids)) * sqrt(d_model) + positions)`.
 
@@ -55,6 +86,11 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             (all `d_model` features of a position) are dropped.
         scale_embeddings: multiply by sqrt(d_model) (the paper); False leaves
             the embeddings unscaled (GPT-2).
+        embedding_init: "uniform" (Keras' default) or "normal" (`ScaledNormal`).
+        pad_id: the row `embedding_init="normal"` starts at zero; None: none.
+        token_embedding: an existing `keras.layers.Embedding` to use as the token
+            table, shared with another layer (e.g. source and target of a
+            Transformer); it is not part of `get_config`.
 
     Call arguments:
         token_ids: int `(batch, length)`.
@@ -76,6 +112,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         ngram_buckets=0,
         ngram_dropout=0.0,
         scale_embeddings=True,
+        embedding_init="uniform",
+        pad_id=None,
+        token_embedding=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -87,15 +126,28 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.ngram_buckets = checks.non_negative_int(ngram_buckets, "ngram_buckets")
         self.ngram_dropout = checks.dropout_rate(ngram_dropout, "ngram_dropout")
         self.scale_embeddings = bool(scale_embeddings)
+        self.embedding_init = embedding_init
+        self.pad_id = pad_id
         if ngram_buckets and vocab_size > MAX_NGRAM_VOCAB_SIZE:
             raise ValueError(
                 f"`vocab_size` {vocab_size} is too large for `ngram_buckets`: the bigram hash "
                 f"`previous * vocab_size + token` would overflow int32; the largest vocabulary "
                 f"allowed is {MAX_NGRAM_VOCAB_SIZE}."
             )
-        self.token_embedding = keras.layers.Embedding(
-            vocab_size, d_model, dtype=self.dtype_policy, name="token_embedding"
-        )
+        if token_embedding is None:
+            token_embedding = keras.layers.Embedding(
+                vocab_size,
+                d_model,
+                embeddings_initializer=embedding_initializer(embedding_init, pad_id),
+                dtype=self.dtype_policy,
+                name="token_embedding",
+            )
+        elif (token_embedding.input_dim, token_embedding.output_dim) != (vocab_size, d_model):
+            raise ValueError(
+                f"a shared `token_embedding` must be ({vocab_size}, {d_model}) like this "
+                f"layer, got ({token_embedding.input_dim}, {token_embedding.output_dim})."
+            )
+        self.token_embedding = token_embedding
         self.position_embedding = POSITION_KINDS[position](
             max_length, d_model, dtype=self.dtype_policy, name="position_embedding"
         )
@@ -111,7 +163,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             )
 
     def build(self, input_shape):
-        self.token_embedding.build(input_shape)
+        if not self.token_embedding.built:  # a shared table is built once
+            self.token_embedding.build(input_shape)
         if self.ngram_embedding is not None:
             self.ngram_embedding.build(input_shape)
         self.position_embedding.build(tuple(input_shape) + (self.d_model,))
@@ -155,5 +208,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             ngram_buckets=self.ngram_buckets,
             ngram_dropout=self.ngram_dropout,
             scale_embeddings=self.scale_embeddings,
+            embedding_init=self.embedding_init,
+            pad_id=self.pad_id,
         )
         return config

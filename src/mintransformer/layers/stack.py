@@ -38,6 +38,12 @@ class Stack(keras.layers.Layer):
         scale_embeddings: multiply token embeddings by sqrt(d_model) (the paper);
             False for models such as GPT-2 that do not.
         use_bias: biases in every block's attention and feed-forward projections.
+        attention_dropout_rate: dropout on the attention weights; None (the
+            default) uses `dropout_rate`.
+        embedding_init: token table initialiser, "uniform" or "normal"
+            (`layers.embedding.ScaledNormal`, with the `pad_id` row zero).
+        token_embedding: an existing `keras.layers.Embedding` to share as this
+            stack's token table (not part of `get_config`).
     """
 
     block_class: type
@@ -61,6 +67,9 @@ class Stack(keras.layers.Layer):
         ngram_dropout: float = 0.0,
         scale_embeddings: bool = True,
         use_bias: bool = True,
+        attention_dropout_rate: float | None = None,
+        embedding_init: str = "uniform",
+        token_embedding: keras.layers.Embedding | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -78,6 +87,7 @@ class Stack(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.key_dim = key_dim
         self.use_bias = bool(use_bias)
+        self.attention_dropout_rate = attention_dropout_rate
         self.embedding = TokenAndPositionEmbedding(
             vocab_size,
             d_model,
@@ -87,6 +97,9 @@ class Stack(keras.layers.Layer):
             ngram_buckets=ngram_buckets,
             ngram_dropout=ngram_dropout,
             scale_embeddings=scale_embeddings,
+            embedding_init=embedding_init,
+            pad_id=self.pad_id,
+            token_embedding=token_embedding,
             dtype=self.dtype_policy,
             name="embedding",
         )
@@ -102,6 +115,7 @@ class Stack(keras.layers.Layer):
                 layer_norm_epsilon=layer_norm_epsilon,
                 use_bias=use_bias,
                 key_dim=key_dim,
+                attention_dropout_rate=attention_dropout_rate,
                 dtype=self.dtype_policy,
                 name=f"{prefix}_layer{i + 1}",
             )
@@ -174,5 +188,7 @@ class Stack(keras.layers.Layer):
             ngram_dropout=self.embedding.ngram_dropout,
             scale_embeddings=self.embedding.scale_embeddings,
             use_bias=self.use_bias,
+            attention_dropout_rate=self.attention_dropout_rate,
+            embedding_init=self.embedding.embedding_init,
         )
         return config

@@ -108,12 +108,15 @@ class BlockOptions(keras.layers.Layer):
         d_model: model width.
         num_heads: attention heads; must divide `d_model` unless `key_dim` is given.
         dff: feed-forward inner width.
-        dropout_rate: dropout on sub-layer outputs and attention weights.
+        dropout_rate: dropout on sub-layer outputs (and attention weights, unless
+            `attention_dropout_rate` is given).
         activation: feed-forward activation, "relu", "gelu" or "gelu_tanh".
         norm_first: pre-LN instead of the paper's post-LN.
         layer_norm_epsilon: LayerNorm epsilon.
         use_bias: biases in the attention and feed-forward projections.
         key_dim: per-head width; by default `d_model // num_heads`.
+        attention_dropout_rate: dropout on the attention weights; None (the
+            default) uses `dropout_rate`.
     """
 
     def __init__(
@@ -127,6 +130,7 @@ class BlockOptions(keras.layers.Layer):
         layer_norm_epsilon: float = 1e-6,
         use_bias: bool = True,
         key_dim: int | None = None,
+        attention_dropout_rate: float | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -141,13 +145,18 @@ class BlockOptions(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.use_bias = bool(use_bias)
         self.key_dim = key_dim
+        self.attention_dropout_rate = (
+            self.dropout_rate
+            if attention_dropout_rate is None
+            else checks.dropout_rate(attention_dropout_rate, "attention_dropout_rate")
+        )
 
     def attention(self, name: str) -> MultiHeadAttention:
         """A new multi-head attention with these options."""
         return MultiHeadAttention(
             self.d_model,
             self.num_heads,
-            self.dropout_rate,
+            self.attention_dropout_rate,
             self.use_bias,
             self.key_dim,
             dtype=self.dtype_policy,
@@ -187,5 +196,6 @@ class BlockOptions(keras.layers.Layer):
             layer_norm_epsilon=self.layer_norm_epsilon,
             use_bias=self.use_bias,
             key_dim=self.key_dim,
+            attention_dropout_rate=self.attention_dropout_rate,
         )
         return config

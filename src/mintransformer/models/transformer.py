@@ -24,6 +24,7 @@ MODEL_SETTINGS = (
     "pe_input",
     "pe_target",
     "tie_embeddings",
+    "share_embeddings",
 )
 
 
@@ -73,6 +74,13 @@ class Transformer(keras.Model):
         position: "sinusoidal" (the paper) or "learned".
         layer_norm_epsilon: LayerNorm epsilon.
         tie_embeddings: use the target embedding matrix as the output projection.
+        share_embeddings: one token table for source and target (the vocabularies
+            must be one, e.g. a joint BPE); with `tie_embeddings` the matrix
+            serves three ways.
+        attention_dropout_rate: dropout on the attention weights; None (the
+            default) uses `dropout_rate`.
+        embedding_init: token table initialiser, "uniform" (Keras' default) or
+            "normal" (N(0, d_model^-0.5), the `pad_id` row zero).
         scale_embeddings: multiply token embeddings by sqrt(d_model) (the paper).
         use_bias: biases in the attention and feed-forward projections.
         rate: another name for `dropout_rate` (the one TensorFlow's Transformer
@@ -112,6 +120,9 @@ class Transformer(keras.Model):
         scale_embeddings=True,
         use_bias=True,
         rate=None,
+        share_embeddings=False,
+        attention_dropout_rate=None,
+        embedding_init="uniform",
         **kwargs,
     ):
         # Every argument above, by name (`rate` folded into `dropout_rate`): the saved config.
@@ -122,6 +133,11 @@ class Transformer(keras.Model):
         super().__init__(**kwargs)
         self.config = config
         shared = {k: v for k, v in config.items() if k not in MODEL_SETTINGS}
+        if share_embeddings and input_vocab_size != target_vocab_size:
+            raise ValueError(
+                "`share_embeddings` needs one vocabulary for source and target, got "
+                f"input_vocab_size={input_vocab_size} and target_vocab_size={target_vocab_size}."
+            )
         self.encoder = Encoder(
             vocab_size=checks.positive_int(input_vocab_size, "input_vocab_size"),
             max_length=checks.positive_int(pe_input, "pe_input"),
@@ -132,6 +148,7 @@ class Transformer(keras.Model):
         self.decoder = Decoder(
             vocab_size=checks.positive_int(target_vocab_size, "target_vocab_size"),
             max_length=checks.positive_int(pe_target, "pe_target"),
+            token_embedding=self.encoder.embedding.token_embedding if share_embeddings else None,
             dtype=self.dtype_policy,
             name="decoder",
             **shared,

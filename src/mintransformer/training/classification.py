@@ -13,6 +13,7 @@ from pathlib import Path
 
 import keras
 
+from mintransformer.backend_adapter import batch_width_multiple
 from mintransformer.classification import Accuracy, Classifier
 from mintransformer.config import ClassificationConfig
 from mintransformer.data.batching import ClassificationBatches
@@ -44,6 +45,7 @@ def make_batches(
         max_batch_size=config.max_batch_size,
         shuffle=shuffle,
         seed=config.seed,
+        pad_multiple=batch_width_multiple(),
     )
 
 

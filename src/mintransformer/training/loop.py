@@ -12,11 +12,14 @@ hands them to `fit`:
 
 `fit` checkpoints every epoch (weights, optimizer slots and dropout-seed state),
 re-seeds every epoch so that a resumed run repeats the uninterrupted one exactly,
-and ends by averaging the last checkpoints into the run's final weights.
+and ends by averaging the last checkpoints into the run's final weights. It logs
+the real (non-padding) tokens per second and the padding fraction of every epoch,
+and with a time budget (`config.minutes`) stops when the budget is spent.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -24,11 +27,17 @@ from typing import Any
 import keras
 
 from mintransformer import checkpoints
+from mintransformer.backend_adapter import (
+    choose_precision,
+    configure_threads,
+    seed_global_generators,
+)
 from mintransformer.config import RunConfig
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training.losses import MaskedAccuracy, MaskedLoss
 from mintransformer.training.schedule import warmup_schedule
+from mintransformer.training.stream import EpochStream
 
 
 def open_run(
@@ -45,11 +54,14 @@ def open_run(
     new run directory. The data are loaded first, so bad data leave no run behind.
     `load_data` may complete the config (e.g. the class names) before it is saved.
     """
+    print(configure_threads())
     if resume:
         run = RunDirectory.to_resume(path)
         config = run.config(config_class)
     elif not isinstance(config, config_class):
         raise ValueError(f"a new run needs a {config_class.__name__}, got {config!r}")
+    if hasattr(config, "mixed_precision"):
+        print(choose_precision(config.mixed_precision)[1])
     data = load_data(config)
     if not resume:
         run = RunDirectory.create(path, config, overwrite=overwrite)
@@ -102,8 +114,61 @@ def training_state(model) -> list:
     return list(model.weights) + seeds + list(model.optimizer.variables)
 
 
+class TrainingClock(keras.callbacks.Callback):
+    """Times training (validation excluded), logs throughput, and enforces a time budget.
+
+    Every batch adds `tokens_per_s` (real, non-padding tokens the model read per
+    second of this epoch) and `padding` (the padded fraction of its positions) to
+    the logs, so they show in the progress bar; at the epoch's end they go to
+    `log.csv` with `train_seconds`, the training time of the whole run so far.
+
+    Args:
+        stream: the training batches; `stream.token_counts(epoch, i)` gives the
+            `(real, padded)` token counts of batch i of `epoch`.
+        budget_seconds: stop once this much training time is spent (0: never).
+        spent_seconds: training time already spent (by the run being resumed).
+    """
+
+    def __init__(self, stream, budget_seconds: float = 0.0, spent_seconds: float = 0.0):
+        super().__init__()
+        self.stream = stream
+        self.budget_seconds = budget_seconds
+        self.spent_seconds = spent_seconds
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        self.epoch_start = time.perf_counter()
+        self.epoch_seconds = 0.0
+        self.real = self.padded = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        real, padded = self.stream.token_counts(self.epoch, batch)
+        self.real += real
+        self.padded += padded
+        self.epoch_seconds = time.perf_counter() - self.epoch_start
+        if logs is not None:
+            logs.update(self.figures())
+        if self.budget_seconds and self.spent_seconds + self.epoch_seconds >= self.budget_seconds:
+            self.model.stop_training = True
+
+    def figures(self) -> dict[str, float]:
+        """This epoch's tokens per second and padding fraction so far."""
+        return {
+            "tokens_per_s": self.real / max(self.epoch_seconds, 1e-9),
+            "padding": 1.0 - self.real / max(self.padded, 1),
+        }
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.spent_seconds += self.epoch_seconds
+        if logs is not None:
+            logs.update(self.figures(), train_seconds=self.spent_seconds)
+
+
 class EpochCheckpoint(keras.callbacks.Callback):
-    """Writes the full training state after every epoch; keeps the newest `keep`."""
+    """Writes the full training state after every epoch; keeps the newest `keep`.
+
+    The training time spent so far (`train_seconds` in the logs) is saved with it.
+    """
 
     def __init__(self, run: RunDirectory, keep: int):
         super().__init__()
@@ -111,7 +176,10 @@ class EpochCheckpoint(keras.callbacks.Callback):
         self.keep = max(keep, 1)
 
     def on_epoch_end(self, epoch, logs=None):
-        checkpoints.save_variables(self.run.checkpoint_path(epoch + 1), training_state(self.model))
+        meta = {"train_seconds": (logs or {}).get("train_seconds", 0.0)}
+        checkpoints.save_variables(
+            self.run.checkpoint_path(epoch + 1), training_state(self.model), meta
+        )
         for old in self.run.checkpoints()[: -self.keep]:
             old.unlink()
 
@@ -130,7 +198,7 @@ class EpochSeed(keras.callbacks.Callback):
         self.seed = seed
 
     def on_epoch_begin(self, epoch, logs=None):
-        keras.utils.set_random_seed(self.seed + epoch)
+        seed_global_generators(self.seed + epoch)
 
 
 def fit(
@@ -138,32 +206,44 @@ def fit(
 ) -> None:
     """`model.fit` with per-epoch checkpoints and exact resume, then `average_into_result`.
 
+    Training stops after `config.epochs` epochs or, with `config.minutes` > 0, at the
+    end of the step that spends the time budget (training time only: validation
+    and checkpoints are not counted); that last, shorter epoch is checkpointed like
+    the others. A resumed run keeps what is left of its budget.
+
     Args:
         run: the run directory (checkpoints, log, final weights).
         model: a compiled model whose optimizer is built.
-        train, val: `PyDataset`s; `train.set_epoch(e)` draws epoch `e`'s batches.
-        config: the run's config (`epochs`, `average_last`, `seed`).
+        train, val: `PyDataset`s; `train.set_epoch(e)` draws epoch `e`'s batches,
+            `train.token_counts(i)` counts batch i's real and padded tokens.
+        config: the run's config (`epochs`, `minutes`, `average_last`, `seed`).
         resume: continue from the newest checkpoint instead of starting afresh.
         verbose: `model.fit` verbosity (0 silent, 1 progress bar).
     """
-    initial_epoch = 0
+    initial_epoch, spent = 0, 0.0
     saved = run.checkpoints() if resume else []
     if saved:
         checkpoints.load_variables(saved[-1], training_state(model))
         initial_epoch = run.epoch_of(saved[-1])
-        train.set_epoch(initial_epoch)
+        spent = checkpoints.read_meta(saved[-1]).get("train_seconds", 0.0)
     elif not resume:
         for old in run.checkpoints():
             old.unlink()
-    if initial_epoch < config.epochs:
+    budget = 60.0 * config.minutes
+    if budget and spent >= budget:
+        print(f"the time budget of {config.minutes:g} min was spent: nothing left to train")
+    elif initial_epoch < config.epochs:
+        stream = EpochStream(train, initial_epoch, config.epochs)
         model.fit(
-            train,
+            stream,
+            steps_per_epoch=stream.steps_per_epoch,
             validation_data=val,
             epochs=config.epochs,
             initial_epoch=initial_epoch,
             shuffle=False,  # the datasets shuffle themselves, with a seed per epoch
             callbacks=[
                 EpochSeed(config.seed),
+                TrainingClock(stream, budget, spent),
                 EpochCheckpoint(run, keep=config.average_last),
                 keras.callbacks.CSVLogger(str(run.log_path), append=initial_epoch > 0),
             ],

@@ -14,12 +14,21 @@ from mintransformer import checks
 
 
 def smoothed_token_losses(labels, logits, label_smoothing: float):
-    """Per-token smoothed cross-entropy `(batch, length)` from logits `(batch, length, vocab)`."""
-    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-    true_log_prob = ops.take_along_axis(
-        log_probs, ops.expand_dims(ops.cast(labels, "int32"), -1), axis=-1
+    """Per-token smoothed cross-entropy `(batch, length)` from logits `(batch, length, vocab)`.
+
+    With log p = z - logsumexp(z), the loss -(1 - eps) log p[label] - eps mean(log p)
+    is logsumexp(z) - (1 - eps) z[label] - eps mean(z): written so, no
+    `(batch, length, vocab)` tensor of log-probabilities is made, forward or backward.
+    """
+    logits = ops.cast(logits, "float32")
+    true_logit = ops.take_along_axis(
+        logits, ops.expand_dims(ops.cast(labels, "int32"), -1), axis=-1
     )[..., 0]
-    return -(1.0 - label_smoothing) * true_log_prob - label_smoothing * ops.mean(log_probs, -1)
+    return (
+        ops.logsumexp(logits, axis=-1)
+        - (1.0 - label_smoothing) * true_logit
+        - label_smoothing * ops.mean(logits, axis=-1)
+    )
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")

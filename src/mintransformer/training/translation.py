@@ -12,6 +12,7 @@ from pathlib import Path
 
 import keras
 
+from mintransformer.backend_adapter import batch_width_multiple
 from mintransformer.config import TranslationConfig
 from mintransformer.data.batching import TranslationBatches
 from mintransformer.data.corpora import load_corpus
@@ -39,6 +40,7 @@ def make_batches(
         max_length=config.max_length,
         shuffle=shuffle,
         seed=config.seed,
+        pad_multiple=batch_width_multiple(),
     )
 
 
