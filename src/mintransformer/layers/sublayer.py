@@ -18,6 +18,7 @@ import keras
 from keras import ops
 
 from mintransformer import checks
+from mintransformer.layers.arguments import config_with
 from mintransformer.layers.attention import MultiHeadAttention
 from mintransformer.layers.feedforward import FeedForward
 
@@ -116,6 +117,18 @@ class BlockOptions(keras.layers.Layer):
         key_dim: per-head width; by default `d_model // num_heads`.
     """
 
+    ARGUMENTS = (
+        "d_model",
+        "num_heads",
+        "dff",
+        "dropout_rate",
+        "activation",
+        "norm_first",
+        "layer_norm_epsilon",
+        "use_bias",
+        "key_dim",
+    )
+
     def __init__(
         self,
         d_model: int,
@@ -141,6 +154,13 @@ class BlockOptions(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.use_bias = bool(use_bias)
         self.key_dim = key_dim
+
+    @classmethod
+    def repeated(cls, count: int, **arguments) -> list[BlockOptions]:
+        """`count` new blocks of this class, all with `arguments`, named after the class:
+        "encoder_layer1", "encoder_layer2", ... for `EncoderLayer`."""
+        kind = cls.__name__.replace("Layer", "").lower()
+        return [cls(**arguments, name=f"{kind}_layer{i}") for i in range(1, count + 1)]
 
     def attention(self, name: str) -> MultiHeadAttention:
         """A new multi-head attention with these options."""
@@ -176,16 +196,4 @@ class BlockOptions(keras.layers.Layer):
         return keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            dff=self.dff,
-            dropout_rate=self.dropout_rate,
-            activation=self.activation,
-            norm_first=self.norm_first,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            use_bias=self.use_bias,
-            key_dim=self.key_dim,
-        )
-        return config
+        return config_with(super().get_config(), self, self.ARGUMENTS)
