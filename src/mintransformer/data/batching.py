@@ -273,12 +273,6 @@ class TranslationBatches(_LengthBuckets):
                 f"src_ids and tgt_ids must have the same length, got {len(src_ids)} "
                 f"and {len(tgt_ids)}"
             )
-        if max_tokens <= 0:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-        if max_batch_size is not None and max_batch_size <= 0:
-            raise ValueError(f"max_batch_size must be positive, got {max_batch_size}")
-        if pad_multiple <= 0:
-            raise ValueError(f"pad_multiple must be positive, got {pad_multiple}")
         if max_length is not None and max_length <= 0:
             raise ValueError(f"max_length must be positive, got {max_length}")
 

@@ -61,6 +61,16 @@ SENTENCE_CONFIG_FILE = "sentence_bert_config.json"
 SKIPPED_TENSORS = ("embeddings.position_ids",)
 SKIPPED_PREFIXES = ("pooler.",)
 
+# The encoder's arguments that every (post-LN) block takes too.
+BLOCK_ARGUMENTS = (
+    "d_model",
+    "num_heads",
+    "dff",
+    "dropout_rate",
+    "activation",
+    "layer_norm_epsilon",
+)
+
 # Hugging Face `hidden_act` -> our FeedForward activation ("gelu" is the exact erf GELU).
 HF_ACTIVATIONS = {
     "gelu": "gelu",
@@ -137,13 +147,8 @@ class BertEncoder(keras.layers.Layer):
         )
         self.blocks = EncoderLayer.repeated(
             num_layers,
-            d_model=d_model,
-            num_heads=num_heads,
-            dff=dff,
-            dropout_rate=dropout_rate,
-            activation=activation,
+            **stored_arguments(self, BLOCK_ARGUMENTS),
             norm_first=False,
-            layer_norm_epsilon=layer_norm_epsilon,
             dtype=self.dtype_policy,
         )
 
