@@ -10,6 +10,7 @@ import pytest
 
 from mintransformer.decoding import beam
 from mintransformer.decoding.beam import (
+    BeamOptions,
     beam_search,
     length_penalty,
     python_beam,
@@ -37,7 +38,9 @@ def setup():
 
 def both(cached, sources, **options):
     """`beam_search` on `cached` (one compiled call), and `python_beam` on it."""
-    return beam_search(cached, sources, **options), python_beam(cached, sources, **options)
+    return beam_search(cached, sources, **options), python_beam(
+        cached, sources, BeamOptions(**options)
+    )
 
 
 def assert_same(compiled, loop):

@@ -163,16 +163,9 @@ class _LengthBuckets(keras.utils.PyDataset):
     """What the batch datasets share: length buckets under a padded-token budget, re-drawn
     every epoch with the seed ``seed + epoch``.
 
-    A subclass sets `_lengths` (one per example) and the settings below, defines
-    `_widths(batch)` (the longest length of each input of a batch), then calls `_draw_first()`.
+    A subclass defines `_widths(batch)` (the longest length of each input of a batch) and
+    ends its `__init__` with `_start(...)`.
     """
-
-    _lengths: list[int]
-    max_tokens: int
-    max_batch_size: int | None
-    shuffle: bool
-    seed: int
-    pad_multiple: int
 
     def _widths(self, batch: list[int]) -> list[int]:
         raise NotImplementedError
@@ -189,7 +182,24 @@ class _LengthBuckets(keras.utils.PyDataset):
         widths = [self._widths(batch) for batch in batches]
         return distinct_shapes_first(batches, widths, self.pad_multiple)
 
-    def _draw_first(self) -> None:
+    def _start(
+        self,
+        lengths: list[int],
+        pad_id: int,
+        max_tokens: int,
+        max_batch_size: int | None,
+        shuffle: bool,
+        seed: int,
+        pad_multiple: int,
+    ) -> None:
+        """Keeps each example's length and the batching settings; draws epoch 0's batches."""
+        self._lengths = lengths
+        self.pad_id = pad_id
+        self.max_tokens = max_tokens
+        self.max_batch_size = max_batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.pad_multiple = pad_multiple
         self.epoch = 0
         self._batches = self._make_batches()
 
@@ -263,12 +273,6 @@ class TranslationBatches(_LengthBuckets):
                 f"src_ids and tgt_ids must have the same length, got {len(src_ids)} "
                 f"and {len(tgt_ids)}"
             )
-        if max_tokens <= 0:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-        if max_batch_size is not None and max_batch_size <= 0:
-            raise ValueError(f"max_batch_size must be positive, got {max_batch_size}")
-        if pad_multiple <= 0:
-            raise ValueError(f"pad_multiple must be positive, got {pad_multiple}")
         if max_length is not None and max_length <= 0:
             raise ValueError(f"max_length must be positive, got {max_length}")
 
@@ -289,17 +293,11 @@ class TranslationBatches(_LengthBuckets):
                 f"{self.num_dropped} dropped by max_length={max_length}"
             )
 
-        self._lengths = [
+        lengths = [
             max(len(enc), len(dec))
             for enc, dec in zip(self._encoder_inputs, self._decoder_inputs, strict=True)
         ]
-        self.pad_id = pad_id
-        self.max_tokens = max_tokens
-        self.max_batch_size = max_batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.pad_multiple = pad_multiple
-        self._draw_first()
+        self._start(lengths, pad_id, max_tokens, max_batch_size, shuffle, seed, pad_multiple)
 
     def _widths(self, batch: list[int]) -> list[int]:
         return [
@@ -363,15 +361,9 @@ class ClassificationBatches(_LengthBuckets):
         if not token_ids:
             raise ValueError("no examples to batch")
         self._token_ids = [list(ids) for ids in token_ids]
-        self._lengths = [len(ids) for ids in self._token_ids]
         self._labels = np.asarray(labels, "int32")
-        self.pad_id = pad_id
-        self.max_tokens = max_tokens
-        self.max_batch_size = max_batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.pad_multiple = pad_multiple
-        self._draw_first()
+        lengths = [len(ids) for ids in self._token_ids]
+        self._start(lengths, pad_id, max_tokens, max_batch_size, shuffle, seed, pad_multiple)
 
     def _widths(self, batch: list[int]) -> list[int]:
         return [max(self._lengths[i] for i in batch)]

@@ -17,6 +17,7 @@ tested against: both make the same choices.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -46,6 +47,28 @@ def top_candidates(totals: np.ndarray, count: int) -> np.ndarray:
     return np.take_along_axis(columns, order, axis=1)
 
 
+@dataclasses.dataclass(frozen=True)
+class BeamOptions:
+    """The settings of a beam search, shared by `beam_search` and its two loops.
+
+    Attributes:
+        start_id, end_id: the <s> and </s> ids.
+        max_length: most tokens per hypothesis (</s> included).
+        beam_size: hypotheses kept per source.
+        alpha: length-penalty exponent; 0 ranks by total log-probability.
+    """
+
+    start_id: int
+    end_id: int
+    max_length: int
+    beam_size: int = 4
+    alpha: float = 0.6
+
+    def __post_init__(self):
+        if self.beam_size < 1:
+            raise ValueError(f"`beam_size` must be >= 1, got {self.beam_size}.")
+
+
 def beam_search(
     steps: Steps,
     source_ids,
@@ -61,49 +84,31 @@ def beam_search(
     Args:
         steps: `CachedSteps` or `FullRecomputeSteps` (anything with start/step/reorder).
         source_ids: int `(batch, source_length)`.
-        start_id, end_id: the <s> and </s> ids.
-        max_length: most tokens per hypothesis (</s> included).
-        beam_size: hypotheses kept per source.
-        alpha: length-penalty exponent; 0 ranks by total log-probability.
+        start_id, end_id, max_length, beam_size, alpha: as `BeamOptions`.
 
     Returns:
         `(sequences, scores)`: per source the best token-id list (without <s>/</s>)
         and its length-normalised log-probability.
     """
-    if beam_size < 1:
-        raise ValueError(f"`beam_size` must be >= 1, got {beam_size}.")
+    options = BeamOptions(start_id, end_id, max_length, beam_size, alpha)
     search = compiled_beam if getattr(steps, "compiled_loops", False) else python_beam
-    return search(
-        steps,
-        source_ids,
-        start_id=start_id,
-        end_id=end_id,
-        max_length=max_length,
-        beam_size=beam_size,
-        alpha=alpha,
-    )
+    return search(steps, source_ids, options)
 
 
 def python_beam(
-    steps: Steps,
-    source_ids,
-    *,
-    start_id: int,
-    end_id: int,
-    max_length: int,
-    beam_size: int = 4,
-    alpha: float = 0.6,
+    steps: Steps, source_ids, options: BeamOptions
 ) -> tuple[list[list[int]], list[float]]:
     """`beam_search`'s Python loop, one `steps.step` per token (any steps object)."""
-    batch, k = len(source_ids), beam_size
+    end_id, alpha = options.end_id, options.alpha
+    batch, k = len(source_ids), options.beam_size
     state = steps.start(source_ids, repeat=k)
     # Only the first beam of each source is live at the start (all beams are equal).
     scores = np.full((batch, k), -np.inf)
     scores[:, 0] = 0.0
     prefixes = [[[] for _ in range(k)] for _ in range(batch)]
     finished = [[] for _ in range(batch)]  # (normalised score, tokens)
-    tokens = np.full(batch * k, start_id, "int32")
-    for index in range(max_length):
+    tokens = np.full(batch * k, options.start_id, "int32")
+    for index in range(options.max_length):
         log_probs, state = steps.step(tokens, index, state)
         vocab = log_probs.shape[-1]
         totals = (scores[:, :, None] + log_probs.reshape(batch, k, vocab)).reshape(batch, -1)
@@ -145,29 +150,22 @@ def python_beam(
     return [tokens for _, tokens in best], [float(score) for score, _ in best]
 
 
-def compiled_beam(
-    steps,
-    source_ids,
-    *,
-    start_id: int,
-    end_id: int,
-    max_length: int,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-) -> tuple[list[list[int]], list[float]]:
+def compiled_beam(steps, source_ids, options: BeamOptions) -> tuple[list[list[int]], list[float]]:
     """`beam_search` as one compiled call (compiled once per `beam_size`).
 
-    Args and returns as `beam_search`; `steps` has `compiled_loops` (`CachedSteps`)
-    and `max_length` is at most `steps.max_length` (the cache).
+    Returns as `beam_search`; `steps` has `compiled_loops` (`CachedSteps`) and
+    `options.max_length` is at most `steps.max_length` (the cache).
     """
-    steps.check_length(max_length)
-    loop = steps.compiled_loop(("beam", beam_size), functools.partial(_beam_loop, steps, beam_size))
+    steps.check_length(options.max_length)
+    k = options.beam_size
+    loop = steps.compiled_loop(("beam", k), functools.partial(_beam_loop, steps, k))
+    token_settings = (options.start_id, options.end_id, options.max_length)
     outputs = loop(
         ops.convert_to_tensor(np.asarray(source_ids, "int32")),
-        *(ops.convert_to_tensor(value, "int32") for value in (start_id, end_id, max_length)),
-        ops.convert_to_tensor(alpha, "float32"),
+        *(ops.convert_to_tensor(value, "int32") for value in token_settings),
+        ops.convert_to_tensor(options.alpha, "float32"),
     )
-    return _best(tuple(ops.convert_to_numpy(value) for value in outputs), alpha)
+    return _best(tuple(ops.convert_to_numpy(value) for value in outputs), options.alpha)
 
 
 def _select(chosen, slot_of_candidate, slots: int):

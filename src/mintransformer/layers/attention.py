@@ -16,6 +16,7 @@ from keras import ops
 
 from mintransformer import checks
 from mintransformer.backend_adapter import prefers_fused_attention
+from mintransformer.layers.arguments import config_with
 from mintransformer.layers.masks import check_attention_mask
 
 # Added to masked scores before the softmax; scores are float32 there, so this is safe.
@@ -110,6 +111,8 @@ class MultiHeadAttention(keras.layers.Layer):
         `(batch, query_length, d_model)`, or `(output, weights)`.
     """
 
+    ARGUMENTS = ("d_model", "num_heads", "dropout_rate", "use_bias", "key_dim")
+
     def __init__(self, d_model, num_heads, dropout_rate=0.0, use_bias=True, key_dim=None, **kwargs):
         super().__init__(**kwargs)
         if key_dim is None:
@@ -190,12 +193,4 @@ class MultiHeadAttention(keras.layers.Layer):
         return output
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            dropout_rate=self.dropout_rate,
-            use_bias=self.use_bias,
-            key_dim=self.key_dim,
-        )
-        return config
+        return config_with(super().get_config(), self, self.ARGUMENTS)

@@ -12,6 +12,7 @@ import keras
 from keras import ops
 
 from mintransformer import checks
+from mintransformer.layers.arguments import config_with
 from mintransformer.layers.positional import LearnedPositionalEmbedding
 
 
@@ -36,6 +37,15 @@ class BertEmbedding(keras.layers.Layer):
     Returns:
         `(batch, length, d_model)`.
     """
+
+    ARGUMENTS = (
+        "vocab_size",
+        "d_model",
+        "max_length",
+        "type_vocab_size",
+        "layer_norm_epsilon",
+        "dropout_rate",
+    )
 
     def __init__(
         self,
@@ -87,13 +97,4 @@ class BertEmbedding(keras.layers.Layer):
         return self.dropout(self.norm(x), training=training)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            vocab_size=self.vocab_size,
-            d_model=self.d_model,
-            max_length=self.max_length,
-            type_vocab_size=self.type_vocab_size,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            dropout_rate=self.dropout_rate,
-        )
-        return config
+        return config_with(super().get_config(), self, self.ARGUMENTS)

@@ -22,6 +22,7 @@ import keras
 from keras import ops
 
 from mintransformer import checks
+from mintransformer.layers.arguments import config_with
 from mintransformer.layers.positional import LearnedPositionalEmbedding, PositionalEncoding
 
 POSITION_KINDS = {"sinusoidal": PositionalEncoding, "learned": LearnedPositionalEmbedding}
@@ -101,6 +102,19 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     Returns:
         `(batch, length, d_model)`.
     """
+
+    ARGUMENTS = (
+        "vocab_size",
+        "d_model",
+        "max_length",
+        "dropout_rate",
+        "position",
+        "ngram_buckets",
+        "ngram_dropout",
+        "scale_embeddings",
+        "embedding_init",
+        "pad_id",
+    )
 
     def __init__(
         self,
@@ -198,17 +212,4 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         )
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            vocab_size=self.vocab_size,
-            d_model=self.d_model,
-            max_length=self.max_length,
-            dropout_rate=self.dropout_rate,
-            position=self.position,
-            ngram_buckets=self.ngram_buckets,
-            ngram_dropout=self.ngram_dropout,
-            scale_embeddings=self.scale_embeddings,
-            embedding_init=self.embedding_init,
-            pad_id=self.pad_id,
-        )
-        return config
+        return config_with(super().get_config(), self, self.ARGUMENTS)

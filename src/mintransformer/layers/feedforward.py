@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 
 from mintransformer import checks
+from mintransformer.layers.arguments import config_with
 
 ACTIVATIONS = {
     "relu": keras.activations.relu,
@@ -31,6 +32,8 @@ class FeedForward(keras.layers.Layer):
         `(batch, length, d_model)`.
     """
 
+    ARGUMENTS = ("d_model", "dff", "activation", "use_bias")
+
     def __init__(self, d_model, dff, activation="relu", use_bias=True, **kwargs):
         super().__init__(**kwargs)
         self.d_model = checks.positive_int(d_model, "d_model")
@@ -53,8 +56,4 @@ class FeedForward(keras.layers.Layer):
         return self.outer(ACTIVATIONS[self.activation](self.inner(x)))
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            d_model=self.d_model, dff=self.dff, activation=self.activation, use_bias=self.use_bias
-        )
-        return config
+        return config_with(super().get_config(), self, self.ARGUMENTS)

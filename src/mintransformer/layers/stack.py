@@ -12,7 +12,9 @@ from keras import ops
 
 from mintransformer import checks
 from mintransformer.layers import masks
+from mintransformer.layers.arguments import config_with, stored_arguments
 from mintransformer.layers.embedding import TokenAndPositionEmbedding
+from mintransformer.layers.sublayer import BlockOptions
 
 
 class Stack(keras.layers.Layer):
@@ -46,7 +48,13 @@ class Stack(keras.layers.Layer):
             stack's token table (not part of `get_config`).
     """
 
-    block_class: type
+    block_class: type[BlockOptions]
+    # Its own, then those it passes on by name to its embedding and to every block.
+    ARGUMENTS = (
+        "num_layers",
+        *TokenAndPositionEmbedding.ARGUMENTS,
+        *(name for name in BlockOptions.ARGUMENTS if name not in ("d_model", "dropout_rate")),
+    )
 
     def __init__(
         self,
@@ -86,41 +94,21 @@ class Stack(keras.layers.Layer):
         self.position = position
         self.layer_norm_epsilon = layer_norm_epsilon
         self.key_dim = key_dim
+        self.ngram_buckets = ngram_buckets
+        self.ngram_dropout = ngram_dropout
+        self.scale_embeddings = bool(scale_embeddings)
         self.use_bias = bool(use_bias)
         self.attention_dropout_rate = attention_dropout_rate
+        self.embedding_init = embedding_init
         self.embedding = TokenAndPositionEmbedding(
-            vocab_size,
-            d_model,
-            max_length,
-            dropout_rate,
-            position,
-            ngram_buckets=ngram_buckets,
-            ngram_dropout=ngram_dropout,
-            scale_embeddings=scale_embeddings,
-            embedding_init=embedding_init,
-            pad_id=self.pad_id,
+            **stored_arguments(self, TokenAndPositionEmbedding.ARGUMENTS),
             token_embedding=token_embedding,
             dtype=self.dtype_policy,
             name="embedding",
         )
-        prefix = self.block_class.__name__.replace("Layer", "").lower()
-        self.blocks = [
-            self.block_class(
-                d_model,
-                num_heads,
-                dff,
-                dropout_rate=dropout_rate,
-                activation=activation,
-                norm_first=norm_first,
-                layer_norm_epsilon=layer_norm_epsilon,
-                use_bias=use_bias,
-                key_dim=key_dim,
-                attention_dropout_rate=attention_dropout_rate,
-                dtype=self.dtype_policy,
-                name=f"{prefix}_layer{i + 1}",
-            )
-            for i in range(num_layers)
-        ]
+        self.blocks = self.block_class.repeated(
+            num_layers, **stored_arguments(self, BlockOptions.ARGUMENTS), dtype=self.dtype_policy
+        )
         self.final_norm = (
             keras.layers.LayerNormalization(
                 epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm"
@@ -169,26 +157,4 @@ class Stack(keras.layers.Layer):
         return masks.token_mask(token_ids, self.pad_id)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_layers=self.num_layers,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            dff=self.dff,
-            vocab_size=self.vocab_size,
-            max_length=self.max_length,
-            dropout_rate=self.dropout_rate,
-            pad_id=self.pad_id,
-            activation=self.activation,
-            norm_first=self.norm_first,
-            position=self.position,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            key_dim=self.key_dim,
-            ngram_buckets=self.embedding.ngram_buckets,
-            ngram_dropout=self.embedding.ngram_dropout,
-            scale_embeddings=self.embedding.scale_embeddings,
-            use_bias=self.use_bias,
-            attention_dropout_rate=self.attention_dropout_rate,
-            embedding_init=self.embedding.embedding_init,
-        )
-        return config
+        return config_with(super().get_config(), self, self.ARGUMENTS)

@@ -18,6 +18,7 @@ import keras
 from keras import ops
 
 from mintransformer import checks
+from mintransformer.layers.arguments import config_with
 from mintransformer.layers.attention import MultiHeadAttention
 from mintransformer.layers.feedforward import FeedForward
 
@@ -119,6 +120,19 @@ class BlockOptions(keras.layers.Layer):
             default) uses `dropout_rate`.
     """
 
+    ARGUMENTS = (
+        "d_model",
+        "num_heads",
+        "dff",
+        "dropout_rate",
+        "activation",
+        "norm_first",
+        "layer_norm_epsilon",
+        "use_bias",
+        "key_dim",
+        "attention_dropout_rate",
+    )
+
     def __init__(
         self,
         d_model: int,
@@ -150,6 +164,13 @@ class BlockOptions(keras.layers.Layer):
             if attention_dropout_rate is None
             else checks.dropout_rate(attention_dropout_rate, "attention_dropout_rate")
         )
+
+    @classmethod
+    def repeated(cls, count: int, **arguments) -> list[BlockOptions]:
+        """`count` new blocks of this class, all with `arguments`, named after the class:
+        "encoder_layer1", "encoder_layer2", ... for `EncoderLayer`."""
+        kind = cls.__name__.replace("Layer", "").lower()
+        return [cls(**arguments, name=f"{kind}_layer{i}") for i in range(1, count + 1)]
 
     def attention(self, name: str) -> MultiHeadAttention:
         """A new multi-head attention with these options."""
@@ -185,17 +206,4 @@ class BlockOptions(keras.layers.Layer):
         return keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            dff=self.dff,
-            dropout_rate=self.dropout_rate,
-            activation=self.activation,
-            norm_first=self.norm_first,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            use_bias=self.use_bias,
-            key_dim=self.key_dim,
-            attention_dropout_rate=self.attention_dropout_rate,
-        )
-        return config
+        return config_with(super().get_config(), self, self.ARGUMENTS)

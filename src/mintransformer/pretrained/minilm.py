@@ -46,6 +46,7 @@ from keras import ops
 
 from mintransformer import checks
 from mintransformer.layers import masks
+from mintransformer.layers.arguments import config_with, stored_arguments
 from mintransformer.layers.bert_embedding import BertEmbedding
 from mintransformer.layers.encoder import EncoderLayer
 
@@ -59,6 +60,16 @@ SENTENCE_CONFIG_FILE = "sentence_bert_config.json"
 # Tensors of a Hugging Face BertModel checkpoint that the encoder does not use.
 SKIPPED_TENSORS = ("embeddings.position_ids",)
 SKIPPED_PREFIXES = ("pooler.",)
+
+# The encoder's arguments that every (post-LN) block takes too.
+BLOCK_ARGUMENTS = (
+    "d_model",
+    "num_heads",
+    "dff",
+    "dropout_rate",
+    "activation",
+    "layer_norm_epsilon",
+)
 
 # Hugging Face `hidden_act` -> our FeedForward activation ("gelu" is the exact erf GELU).
 HF_ACTIVATIONS = {
@@ -96,6 +107,14 @@ class BertEncoder(keras.layers.Layer):
         the last hidden states, `(batch, length, d_model)`.
     """
 
+    ARGUMENTS = (
+        "num_layers",
+        "num_heads",
+        "dff",
+        "activation",
+        *BertEmbedding.ARGUMENTS,
+    )
+
     def __init__(
         self,
         vocab_size,
@@ -122,29 +141,16 @@ class BertEncoder(keras.layers.Layer):
         self.activation = activation
         self.dropout_rate = dropout_rate
         self.embedding = BertEmbedding(
-            vocab_size,
-            d_model,
-            max_length,
-            type_vocab_size=type_vocab_size,
-            layer_norm_epsilon=layer_norm_epsilon,
-            dropout_rate=dropout_rate,
+            **stored_arguments(self, BertEmbedding.ARGUMENTS),
             dtype=self.dtype_policy,
             name="embedding",
         )
-        self.blocks = [
-            EncoderLayer(
-                d_model,
-                num_heads,
-                dff,
-                dropout_rate=dropout_rate,
-                activation=activation,
-                norm_first=False,
-                layer_norm_epsilon=layer_norm_epsilon,
-                dtype=self.dtype_policy,
-                name=f"encoder_layer{i + 1}",
-            )
-            for i in range(num_layers)
-        ]
+        self.blocks = EncoderLayer.repeated(
+            num_layers,
+            **stored_arguments(self, BLOCK_ARGUMENTS),
+            norm_first=False,
+            dtype=self.dtype_policy,
+        )
 
     @classmethod
     def from_hf_config(cls, config: dict, **kwargs) -> BertEncoder:
@@ -196,20 +202,7 @@ class BertEncoder(keras.layers.Layer):
         return x
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            vocab_size=self.vocab_size,
-            num_layers=self.num_layers,
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            dff=self.dff,
-            max_length=self.max_length,
-            type_vocab_size=self.type_vocab_size,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            activation=self.activation,
-            dropout_rate=self.dropout_rate,
-        )
-        return config
+        return config_with(super().get_config(), self, self.ARGUMENTS)
 
 
 def key_mask(attention_mask, token_ids):

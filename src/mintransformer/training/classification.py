@@ -18,7 +18,6 @@ from mintransformer.classification import Accuracy, Classifier
 from mintransformer.config import ClassificationConfig
 from mintransformer.data.batching import ClassificationBatches
 from mintransformer.data.labelled import LabelSet, encode_texts, load_splits
-from mintransformer.loading import build_model
 from mintransformer.models.classifier import TextClassifier
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
@@ -72,9 +71,9 @@ def train_classification(
     )
     train = make_batches(tokenizer, splits["train"], labels, config, True, "the training data")
     val = make_batches(tokenizer, splits["val"], labels, config, False, "the validation data")
-    model = build_model(config, tokenizer.vocab_size)
-    compile_for_training(model, config, len(train))
-    loop.fit(run, model, train, val, config, resume, verbose)
+    model = loop.build_and_fit(
+        run, config, tokenizer, train, val, resume, verbose, compile_for_training
+    )
     return model, tokenizer
 
 

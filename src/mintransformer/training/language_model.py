@@ -18,12 +18,10 @@ from mintransformer.config import LanguageModelConfig
 from mintransformer.data.text import read_text
 from mintransformer.data.windows import WindowBatches, make_windows, token_stream
 from mintransformer.generation import generate_text  # noqa: F401  (it was defined here)
-from mintransformer.loading import build_model
 from mintransformer.models.language_model import LanguageModel
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import loop
-from mintransformer.training.loop import compile_for_training
 
 
 def split_windows(
@@ -63,10 +61,7 @@ def train_language_model(
     batch_size = max(1, config.max_tokens // config.max_length)
     train = WindowBatches(train_windows, batch_size, shuffle=True, seed=config.seed)
     val = WindowBatches(val_windows, batch_size, shuffle=False)
-    model = build_model(config, tokenizer.vocab_size)
-    compile_for_training(model, config, len(train))
-    loop.fit(run, model, train, val, config, resume, verbose)
-    return model, tokenizer
+    return loop.build_and_fit(run, config, tokenizer, train, val, resume, verbose), tokenizer
 
 
 def train(

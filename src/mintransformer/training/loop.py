@@ -33,6 +33,7 @@ from mintransformer.backend_adapter import (
     seed_global_generators,
 )
 from mintransformer.config import RunConfig
+from mintransformer.loading import build_model
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training.losses import MaskedAccuracy, MaskedLoss
@@ -250,6 +251,34 @@ def fit(
             verbose=verbose,
         )
     average_into_result(run, model, config.average_last)
+
+
+def build_and_fit(
+    run: RunDirectory,
+    config: RunConfig,
+    tokenizer: Tokenizer,
+    train,
+    val,
+    resume: bool,
+    verbose: int = 1,
+    compile_model: Callable = compile_for_training,
+):
+    """The config's model for `tokenizer`, compiled and trained by `fit`.
+
+    Args:
+        run, train, val, resume, verbose: as `fit`.
+        config: the run's config; `build_model` reads the model's settings from it.
+        tokenizer: the run's tokenizer (its vocabulary size sizes the model).
+        compile_model: `compile_model(model, config, steps_per_epoch)` compiles the
+            model and builds its optimizer; `compile_for_training` by default.
+
+    Returns:
+        the model holding the final (averaged) weights.
+    """
+    model = build_model(config, tokenizer.vocab_size)
+    compile_model(model, config, len(train))
+    fit(run, model, train, val, config, resume, verbose)
+    return model
 
 
 def average_into_result(run: RunDirectory, model, average_last: int) -> None:

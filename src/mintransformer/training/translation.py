@@ -16,12 +16,11 @@ from mintransformer.backend_adapter import batch_width_multiple
 from mintransformer.config import TranslationConfig
 from mintransformer.data.batching import TranslationBatches
 from mintransformer.data.corpora import load_corpus
-from mintransformer.loading import build_model
 from mintransformer.models.transformer import Transformer
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import loop
-from mintransformer.training.loop import compile_for_training
+from mintransformer.training.loop import compile_for_training  # noqa: F401  (imported from here)
 
 Pairs = list[tuple[str, str]]
 
@@ -58,10 +57,7 @@ def train_translation(
     tokenizer = loop.prepare_tokenizer(run, texts, resume, vocab_size=config.vocab_size)
     train = make_batches(tokenizer, splits["train"], config, shuffle=True)
     val = make_batches(tokenizer, splits["val"], config, shuffle=False)
-    model = build_model(config, tokenizer.vocab_size)
-    compile_for_training(model, config, len(train))
-    loop.fit(run, model, train, val, config, resume, verbose)
-    return model, tokenizer
+    return loop.build_and_fit(run, config, tokenizer, train, val, resume, verbose), tokenizer
 
 
 def train(
