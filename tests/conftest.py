@@ -1,5 +1,6 @@
 """Shared pytest fixtures."""
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -157,3 +158,28 @@ class StepByStep:
 
     def __init__(self, steps):
         self.start, self.step, self.reorder = steps.start, steps.step, steps.reorder
+
+
+class InterruptedRunError(Exception):
+    """Raised by `interrupt_after_epoch` to stop a training run as a crash would."""
+
+
+@contextlib.contextmanager
+def interrupt_after_epoch(last_epoch: int):
+    """Within the block, training raises `InterruptedRunError` right after it has
+    checkpointed epoch `last_epoch` (0-based), as if the process died there."""
+    from mintransformer.training import loop
+
+    original = loop.EpochCheckpoint.on_epoch_end
+
+    def checkpoint_then_stop(self, epoch, logs=None):
+        original(self, epoch, logs)
+        if epoch == last_epoch:
+            raise InterruptedRunError
+
+    loop.EpochCheckpoint.on_epoch_end = checkpoint_then_stop
+    try:
+        with pytest.raises(InterruptedRunError):
+            yield
+    finally:
+        loop.EpochCheckpoint.on_epoch_end = original

@@ -5,7 +5,9 @@ They check that the scripts run and write the JSON they promise, never how fast 
 
 import json
 
-from benchmarks import decoding, train_step
+import pytest
+
+from benchmarks import decoding, train_step, translation_throughput
 
 ONE_STEP = ["--tiny", "--steps", "1", "--warmup", "0", "--only", "ours"]
 
@@ -45,3 +47,17 @@ def test_decoding_writes_timings_for_ours(tmp_path):
     }
     assert all(row["median_ms"] > 0 for row in report["results"])
     assert all(ratio["recompute_over_cached"] > 0 for ratio in report["ratios"])
+
+
+@pytest.mark.slow
+def test_translation_throughput_measures_ours_on_real_batches(tmp_path, shared_data_dir):
+    path = tmp_path / "throughput.json"
+    args = ["--data", str(shared_data_dir / "multi30k"), "--pairs", "300", "--epochs", "2"]
+    translation_throughput.main([*args, "--json", str(path)])
+
+    report = json.loads(path.read_text())
+    (run,) = report["runs"]["ours"]
+    assert len(run["epoch_seconds"]) == 2 and run["steps_per_epoch"] >= 1
+    # 300 sentence pairs, each with an end token on both sides.
+    assert run["real_tokens_per_epoch"] > 300 * 2 * 2
+    assert report["median_tokens_per_s"]["ours"] == run["tokens_per_s"] > 0

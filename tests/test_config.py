@@ -1,6 +1,7 @@
 """Run configs: presets, overrides, JSON round trips, one name per setting."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -80,3 +81,44 @@ def test_a_bad_setting_in_a_config_is_refused():
         ClassificationConfig(truncation="middle")
     with pytest.raises(ValueError, match="unknown settings: colour"):
         LanguageModelConfig.from_json('{"task": "language_model", "colour": 1}')
+
+
+def test_recipe_and_budget_flags_reach_the_config():
+    parser = cli.build_parser()
+    args = parser.parse_args(
+        [
+            "train",
+            "translation",
+            "--run",
+            "r",
+            "--attention-dropout-rate",
+            "0",
+            "--share-embeddings",
+            "--embedding-init",
+            "normal",
+            "--minutes",
+            "60",
+            "--no-bf16",
+        ]
+    )
+    overrides = cli.config_overrides(args, TranslationConfig)
+    assert overrides == dict(
+        attention_dropout_rate=0.0, share_embeddings=True, embedding_init="normal", minutes=60.0
+    )
+    assert args.bf16 is False
+    assert parser.parse_args(["train", "translation", "--run", "r"]).bf16 is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "translation", "--run", "r", "--embedding-init", "xavier"])
+    for config_class in CONFIG_CLASSES.values():
+        with pytest.raises(ValueError, match="minutes"):
+            config_class(minutes=-1)
+
+
+def test_a_config_saved_before_a_setting_existed_keeps_the_behaviour_it_was_trained_with():
+    saved = TranslationConfig(norm_first=True).to_json()
+    older = json.loads(saved)
+    for name in ("attention_dropout_rate", "share_embeddings", "embedding_init"):
+        del older[name]
+    loaded = TranslationConfig.from_json(json.dumps(older))
+    assert (loaded.share_embeddings, loaded.embedding_init) == (False, "uniform")
+    assert loaded.attention_dropout_rate is None and loaded.norm_first is True

@@ -53,9 +53,9 @@ def test_demo_recipe_on_a_smaller_bounded_run(demo_translator):
 
 @pytest.mark.xfail(
     strict=False,
-    reason="with keras 3.15.1 / tensorflow-cpu 2.21 on a CPU without AMX, bf16 reaches 91.0% "
-    "exact match against fp32's 99.0% (the same at e61768f): bf16 is not used on such "
-    "machines, and when it pays is the training-speed work's to settle",
+    reason="with keras 3.15.1 / tensorflow-cpu 2.21 on a CPU without AMX, the post-LN recipe "
+    "reached 91.0% exact match in bf16 against fp32's 99.0%; the pre-LN recipe passed once. "
+    "Training picks bf16 only with AMX or a GPU",
 )
 def test_bf16_training_reaches_the_quality_of_fp32(tmp_path, demo_translator):
     bf16 = train_demo_recipe(tmp_path / "bf16", mixed_precision=True)
@@ -111,7 +111,8 @@ def test_small_model_on_real_multi30k_beats_an_untrained_one(tmp_path, shared_da
     assert trained.bleu >= BLEU_FLOOR, str(trained)
 
 
-BLEU_FLOOR = 10.0
+# The recipe of the `base` preset reached 22.2 here (the post-LN one before it: 21.9).
+BLEU_FLOOR = 18.0
 
 
 def test_small_classifier_on_real_imdb_beats_an_untrained_one(tmp_path, shared_data_dir):

@@ -22,6 +22,28 @@ from mintransformer.config import (
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
 
+# Config fields that are model arguments of the same name.
+SIZE_FIELDS = ("num_layers", "d_model", "num_heads", "dff", "dropout_rate")
+TRANSFORMER_FIELDS = (
+    "norm_first",
+    "tie_embeddings",
+    "share_embeddings",
+    "attention_dropout_rate",
+    "embedding_init",
+)
+CLASSIFIER_FIELDS = (
+    "max_length",
+    "pooling",
+    "hidden_units",
+    "key_dim",
+    "ngram_buckets",
+    "ngram_dropout",
+)
+
+
+def _fields(config: RunConfig, names: tuple[str, ...]) -> dict:
+    return {name: getattr(config, name) for name in names}
+
 
 def _precision(config: RunConfig) -> str | None:
     bf16, _ = choose_precision(getattr(config, "mixed_precision", False))
@@ -37,29 +59,18 @@ def build_model(config: RunConfig, vocab_size: int):
     """
     if not isinstance(config, TranslationConfig | LanguageModelConfig | ClassificationConfig):
         raise TypeError(f"not a run config: {type(config).__name__}")
-    size = dict(
-        num_layers=config.num_layers,
-        d_model=config.d_model,
-        num_heads=config.num_heads,
-        dff=config.dff,
-        dropout_rate=config.dropout_rate,
-        pad_id=Tokenizer.pad_id,
-    )
+    size = {**_fields(config, SIZE_FIELDS), "pad_id": Tokenizer.pad_id}
     dummy = np.ones((1, 2), "int32")
     if isinstance(config, TranslationConfig):
         from mintransformer.models.transformer import Transformer
 
         model = Transformer(
             **size,
+            **_fields(config, TRANSFORMER_FIELDS),
             input_vocab_size=vocab_size,
             target_vocab_size=vocab_size,
             pe_input=config.max_length,
             pe_target=config.max_length,
-            norm_first=config.norm_first,
-            tie_embeddings=config.tie_embeddings,
-            share_embeddings=config.share_embeddings,
-            attention_dropout_rate=config.attention_dropout_rate,
-            embedding_init=config.embedding_init,
             dtype=_precision(config),
         )
         model((dummy, dummy))
@@ -73,14 +84,9 @@ def build_model(config: RunConfig, vocab_size: int):
 
         model = TextClassifier(
             **size,
+            **_fields(config, CLASSIFIER_FIELDS),
             vocab_size=vocab_size,
-            max_length=config.max_length,
             num_classes=len(config.labels),
-            pooling=config.pooling,
-            hidden_units=config.hidden_units,
-            key_dim=config.key_dim,
-            ngram_buckets=config.ngram_buckets,
-            ngram_dropout=config.ngram_dropout,
             dtype=_precision(config),
         )
     model(dummy)

@@ -1,7 +1,8 @@
-"""The hashed bigram embedding of `TokenAndPositionEmbedding` (`ngram_buckets` > 0)."""
+"""`TokenAndPositionEmbedding`: hashed bigrams, initialisers, shared token tables."""
 
 import math
 
+import keras
 import numpy as np
 import pytest
 
@@ -145,3 +146,28 @@ def test_unscaled_embeddings_are_the_table_rows_plus_positions(rng):
     config = layer.get_config()
     assert config["scale_embeddings"] is False
     assert TokenAndPositionEmbedding.from_config(config).get_config() == config
+
+
+def test_normal_init_has_stddev_one_over_sqrt_width_and_a_zero_pad_row():
+    keras.utils.set_random_seed(0)
+    layer = TokenAndPositionEmbedding(500, 64, 8, embedding_init="normal", pad_id=0)
+    layer.build((1, 8))
+    table = to_numpy(layer.token_embedding.embeddings)
+    np.testing.assert_array_equal(table[0], 0.0)
+    assert table[1:].std() == pytest.approx(64**-0.5, rel=0.05)
+    assert abs(table[1:].mean()) < 0.01
+    config = layer.get_config()
+    assert (config["embedding_init"], config["pad_id"]) == ("normal", 0)
+    with pytest.raises(ValueError, match="embedding_init"):
+        TokenAndPositionEmbedding(50, 8, 8, embedding_init="xavier")
+
+
+def test_a_shared_token_table_is_used_and_built_once():
+    first = TokenAndPositionEmbedding(40, 8, 6)
+    second = TokenAndPositionEmbedding(40, 8, 10, token_embedding=first.token_embedding)
+    first.build((1, 6))
+    second.build((1, 10))
+    assert second.token_embedding.embeddings is first.token_embedding.embeddings
+    assert len(first.weights) == len(second.weights) == 1
+    with pytest.raises(ValueError, match="shared `token_embedding`"):
+        TokenAndPositionEmbedding(41, 8, 6, token_embedding=first.token_embedding)

@@ -102,3 +102,15 @@ def test_block_options_build_sub_layers_with_the_options():
 def test_bad_block_options_are_value_errors_naming_the_argument(kwargs, argument):
     with pytest.raises(ValueError, match=argument):
         BlockOptions(**{"d_model": 16, "num_heads": 4, "dff": 32, **kwargs})
+
+
+def test_attention_weights_can_have_their_own_dropout_rate():
+    options = BlockOptions(16, 2, 48, dropout_rate=0.3, attention_dropout_rate=0.0)
+    assert options.attention("a").dropout_rate == 0.0
+    assert options.dropout().rate == 0.3
+    config = options.get_config()
+    assert config["attention_dropout_rate"] == 0.0
+    assert BlockOptions.from_config(config).attention("a").dropout_rate == 0.0
+    assert BlockOptions(16, 2, 48, dropout_rate=0.3).attention("a").dropout_rate == 0.3
+    with pytest.raises(ValueError, match="attention_dropout_rate"):
+        BlockOptions(16, 2, 48, attention_dropout_rate=1.5)

@@ -276,3 +276,28 @@ def test_matches_torch_nn_transformer_with_copied_weights(norm_first):
     projection = model.output_projection
     expected = hidden @ to_numpy(projection.kernel) + to_numpy(projection.bias)
     assert np.max(np.abs(logits - expected)) <= 1e-4
+
+
+def test_shared_embeddings_are_one_matrix_three_ways():
+    ids = np.ones((1, 3), "int32")
+    shared = small_model(input_vocab_size=25, tie_embeddings=True, share_embeddings=True)
+    shared((ids, ids))
+    tied = small_model(input_vocab_size=25, tie_embeddings=True)
+    tied((ids, ids))
+    assert tied.count_params() - shared.count_params() == 25 * 16
+    encoder_table = shared.encoder.embedding.token_embedding.embeddings
+    assert encoder_table is shared.decoder.embedding.token_embedding.embeddings
+    rebuilt = Transformer.from_config(shared.get_config())
+    rebuilt((ids, ids))
+    assert len(rebuilt.weights) == len(shared.weights)
+    with pytest.raises(ValueError, match="share_embeddings"):
+        small_model(share_embeddings=True)  # vocabularies 30 and 25
+
+
+def test_recipe_options_reach_the_layers_and_the_config():
+    model = small_model(attention_dropout_rate=0.0, dropout_rate=0.2, embedding_init="normal")
+    block = model.decoder.blocks[0]
+    assert (block.cross_attention.dropout_rate, block.ffn_dropout.rate) == (0.0, 0.2)
+    assert model.encoder.embedding.embedding_init == "normal"
+    config = model.get_config()
+    assert config["attention_dropout_rate"] == 0.0 and config["embedding_init"] == "normal"

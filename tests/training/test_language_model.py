@@ -9,10 +9,9 @@ from mintransformer.data.text import read_text
 from mintransformer.data.windows import WindowBatches
 from mintransformer.loading import build_model, load_trained
 from mintransformer.run import RunDirectory
-from mintransformer.training import loop
 from mintransformer.training.language_model import split_windows, train_language_model
 from mintransformer.training.loop import compile_for_training
-from tests.conftest import to_numpy
+from tests.conftest import interrupt_after_epoch, to_numpy
 
 SUBJECTS = ["the cat", "the dog", "a bird", "my friend", "the old man"]
 VERBS = ["sees", "likes", "chases", "finds"]
@@ -137,29 +136,15 @@ def short_config(text, **overrides):
     return LanguageModelConfig(text=str(text), **{**TINY, "epochs": 2, **overrides})
 
 
-class InterruptedRunError(Exception):
-    pass
-
-
-def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(
-    tmp_path, text_file, monkeypatch
-):
+def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(tmp_path, text_file):
     lines = read_text(text_file)
     config = short_config(text_file, dropout_rate=0.2, average_last=2)
     uninterrupted, _ = train_language_model(
         RunDirectory.create(tmp_path / "a", config), lines, verbose=0
     )
     run = RunDirectory.create(tmp_path / "b", config)
-    original = loop.EpochCheckpoint.on_epoch_end
-
-    def stop_after_first_epoch(self, epoch, logs=None):
-        original(self, epoch, logs)
-        raise InterruptedRunError
-
-    monkeypatch.setattr(loop.EpochCheckpoint, "on_epoch_end", stop_after_first_epoch)
-    with pytest.raises(InterruptedRunError):
+    with interrupt_after_epoch(0):
         train_language_model(run, lines, verbose=0)
-    monkeypatch.undo()
     resumed, _ = train_language_model(run, lines, resume=True, verbose=0)
     for a, b in zip(resumed.weights, uninterrupted.weights, strict=True):
         np.testing.assert_allclose(to_numpy(a), to_numpy(b), rtol=1e-5, atol=1e-6)

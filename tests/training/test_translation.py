@@ -1,5 +1,7 @@
 """Training runs end to end on small generated data: run directory, resume, averaging."""
 
+import csv
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,7 @@ from mintransformer.loading import load_trained
 from mintransformer.run import RunDirectory
 from mintransformer.training import loop
 from mintransformer.training.translation import train_translation
-from tests.conftest import to_numpy
+from tests.conftest import interrupt_after_epoch, to_numpy
 
 TINY = dict(
     num_layers=1,
@@ -39,10 +41,6 @@ def start(path, corpus_spec=None, **overrides):
     return RunDirectory.create(path, config)
 
 
-class InterruptedRunError(Exception):
-    pass
-
-
 def weights_of(model):
     return [to_numpy(w) for w in model.weights]
 
@@ -69,24 +67,12 @@ def test_final_weights_are_the_average_of_the_last_checkpoints(tmp_path, corpus)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
-def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(
-    tmp_path, corpus, monkeypatch
-):
+def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(tmp_path, corpus):
     uninterrupted, _ = train_translation(start(tmp_path / "a", epochs=3), corpus, verbose=0)
 
     run = start(tmp_path / "b", epochs=3)
-
-    original = loop.EpochCheckpoint.on_epoch_end
-
-    def stop_after_second_epoch(self, epoch, logs=None):
-        original(self, epoch, logs)
-        if epoch == 1:
-            raise InterruptedRunError
-
-    monkeypatch.setattr(loop.EpochCheckpoint, "on_epoch_end", stop_after_second_epoch)
-    with pytest.raises(InterruptedRunError):
+    with interrupt_after_epoch(1):
         train_translation(run, corpus, verbose=0)
-    monkeypatch.setattr(loop.EpochCheckpoint, "on_epoch_end", original)
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1, 2]
     resumed, _ = train_translation(run, corpus, resume=True, verbose=0)
     for a, b in zip(weights_of(resumed), weights_of(uninterrupted), strict=True):
@@ -108,3 +94,61 @@ def test_incomplete_and_corrupt_run_directories_are_clear_errors(tmp_path):
     run.config_path.write_text("{ not json")
     with pytest.raises(ValueError, match="config.json"):
         run.config()
+
+
+def test_each_epoch_logs_real_tokens_per_second_padding_and_training_time(tmp_path, corpus):
+    run = start(tmp_path / "run", epochs=2)
+    train_translation(run, corpus, verbose=0)
+    rows = list(csv.DictReader(run.log_path.read_text().splitlines()))
+    assert len(rows) == 2
+    for row in rows:
+        assert float(row["tokens_per_s"]) > 0
+        assert 0 <= float(row["padding"]) < 0.5
+    first, second = (float(row["train_seconds"]) for row in rows)
+    assert 0 < first < second
+    meta = checkpoints.read_meta(run.checkpoint_path(2))
+    assert meta["train_seconds"] == pytest.approx(second)
+
+
+def test_a_time_budget_stops_training_early_and_still_averages(tmp_path, corpus, capsys):
+    run = start(tmp_path / "run", epochs=50, minutes=1e-6)
+    model, _ = train_translation(run, corpus, verbose=0)
+    assert [run.epoch_of(p) for p in run.checkpoints()] == [1]  # stopped in epoch 1
+    assert run.weights_path.is_file()
+    assert len(run.log_path.read_text().strip().splitlines()) == 2  # header + 1 epoch
+    # Resuming a run whose budget is spent trains nothing and keeps its result.
+    before = weights_of(model)
+    resumed, _ = train_translation(run, corpus, resume=True, verbose=0)
+    assert "nothing left to train" in capsys.readouterr().out
+    for a, b in zip(weights_of(resumed), before, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_resumed_run_counts_the_training_time_already_spent(tmp_path, corpus):
+    run = start(tmp_path / "run", epochs=2)
+    with interrupt_after_epoch(0):
+        train_translation(run, corpus, verbose=0)
+    spent = checkpoints.read_meta(run.checkpoint_path(1))["train_seconds"]
+    train_translation(run, corpus, resume=True, verbose=0)
+    assert checkpoints.read_meta(run.checkpoint_path(2))["train_seconds"] > spent
+
+
+class _Stream:
+    def token_counts(self, epoch, batch):
+        return 30, 40
+
+
+class _Model:
+    stop_training = False
+
+
+@pytest.mark.parametrize(("spent", "stops"), [(0.0, False), (60.0, True)])
+def test_the_training_clock_stops_once_the_budget_is_spent(spent, stops):
+    clock = loop.TrainingClock(_Stream(), budget_seconds=60.0, spent_seconds=spent)
+    clock.set_model(_Model())
+    clock.on_epoch_begin(0)
+    logs = {}
+    clock.on_train_batch_end(0, logs)
+    assert clock.model.stop_training is stops
+    assert logs["padding"] == pytest.approx(0.25)
+    assert logs["tokens_per_s"] > 0

@@ -186,12 +186,14 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
 
 class EpochSeed(keras.callbacks.Callback):
-    """Seeds every global random generator with `seed + epoch` as each epoch begins.
+    """Seeds the global random generators with `seed + epoch` before each epoch's first step.
 
     Some randomness lives outside the model's variables (on PyTorch, unseeded dropout
     draws from torch's global generator), so a checkpoint cannot carry it; re-seeding
     per epoch makes each epoch's randomness depend only on its number, and a resumed
-    run repeats the uninterrupted one.
+    run repeats the uninterrupted one. The seeding waits for the first step because
+    opening the data iterator (which a resumed run does in its first epoch, an
+    uninterrupted one only once) draws from torch's generator too.
     """
 
     def __init__(self, seed: int):
@@ -199,7 +201,11 @@ class EpochSeed(keras.callbacks.Callback):
         self.seed = seed
 
     def on_epoch_begin(self, epoch, logs=None):
-        seed_global_generators(self.seed + epoch)
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == 0:
+            seed_global_generators(self.seed + self.epoch)
 
 
 def fit(
