@@ -14,10 +14,16 @@ def maps(trained_run):
     return viz.attention_maps(Translator.from_run(trained_run.path), "three hundred twelve")
 
 
+def forced_target(translator, translation: str) -> list[int]:
+    """<s> + the translation's ids, cut to the decoder's positions as `attention_maps` does."""
+    ids = [translator.tokenizer.start_id, *translator.tokenizer.encode(translation)]
+    return ids[: translator.model.decoder.max_length]
+
+
 def test_maps_are_the_model_weights_with_token_labels(trained_run, maps):
     translator = Translator.from_run(trained_run.path)
     ids = translator.encode_sources(["three hundred twelve"])
-    target = [1, *translator.tokenizer.encode(maps.translation)]
+    target = forced_target(translator, maps.translation)
     _, direct = translator.model((np.array(ids), np.array([target])), return_attention_weights=True)
     for name, weights in direct.items():
         np.testing.assert_allclose(maps.weights[name], to_numpy(weights)[0], rtol=1e-5, atol=1e-6)
@@ -97,7 +103,7 @@ def test_padded_columns_get_zero_weight_and_match_the_unpadded_maps(trained_run,
     longer = translator.encode_sources(["seven hundred thousand four hundred three"])[0]
     assert len(longer) > len(short)
     padded = np.array([short + [0] * (len(longer) - len(short)), longer], "int32")
-    target = [1, *translator.tokenizer.encode(maps.translation)]
+    target = forced_target(translator, maps.translation)
     _, weights = translator.model(
         (padded, np.array([target, target], "int32")), return_attention_weights=True
     )
