@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shlex
 
 import pytest
 
@@ -86,20 +87,10 @@ def test_a_bad_setting_in_a_config_is_refused():
 def test_recipe_and_budget_flags_reach_the_config():
     parser = cli.build_parser()
     args = parser.parse_args(
-        [
-            "train",
-            "translation",
-            "--run",
-            "r",
-            "--attention-dropout-rate",
-            "0",
-            "--share-embeddings",
-            "--embedding-init",
-            "normal",
-            "--minutes",
-            "60",
-            "--no-bf16",
-        ]
+        shlex.split(
+            "train translation --run r --attention-dropout-rate 0 --share-embeddings "
+            "--embedding-init normal --minutes 60 --no-bf16"
+        )
     )
     overrides = cli.config_overrides(args, TranslationConfig)
     assert overrides == dict(
