@@ -164,3 +164,31 @@ def test_without_pad_id_token_0_is_real_unless_the_mask_says_otherwise():
         to_numpy(without(source)), to_numpy(with_pad(source, padding_mask=everything))
     )
     assert not np.allclose(to_numpy(without(source)), to_numpy(with_pad(source)), atol=1e-4)
+
+
+def test_encoder_layer_weights_file_keeps_the_attention_norm_layout(tmp_path):
+    # `.keras` / `.weights.h5` files address weights by attribute name; files written
+    # when the attribute was `attention_norm` must still load into `self_attention_norm`.
+    h5py = pytest.importorskip("h5py")
+    import keras
+
+    def model_with_block():
+        inputs = keras.Input((3, D_MODEL))
+        return keras.Model(inputs, EncoderLayer(D_MODEL, 4, 32, name="block")(inputs))
+
+    written = model_with_block()
+    block = written.get_layer("block")
+    gamma = np.random.default_rng(0).normal(size=(D_MODEL,)).astype("float32")
+    block.self_attention_norm.gamma.assign(gamma)
+    path = tmp_path / "block.weights.h5"
+    written.save_weights(path)
+    with h5py.File(path) as stored:
+        names = []
+        stored.visit(names.append)
+    assert any(name.endswith("attention_norm/vars") for name in names), names
+    assert not any("self_attention_norm" in name for name in names), names
+    loaded = model_with_block()
+    loaded.load_weights(path)
+    np.testing.assert_array_equal(
+        to_numpy(loaded.get_layer("block").self_attention_norm.gamma), gamma
+    )

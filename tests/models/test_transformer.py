@@ -231,7 +231,7 @@ def torch_twin(model, norm_first):
         for ours, theirs in zip(model.encoder.blocks, twin.encoder.layers, strict=True):
             _copy_attention(ours.self_attention, theirs.self_attn)
             _copy_ffn(ours.ffn, theirs)
-            _copy_norm(ours.attention_norm, theirs.norm1)
+            _copy_norm(ours.self_attention_norm, theirs.norm1)
             _copy_norm(ours.ffn_norm, theirs.norm2)
         for ours, theirs in zip(model.decoder.blocks, twin.decoder.layers, strict=True):
             _copy_attention(ours.self_attention, theirs.self_attn)

@@ -1,4 +1,4 @@
-"""`config_with`: a layer's `get_config()` from the constructor arguments it keeps.
+"""A layer's constructor arguments: kept as attributes, passed on, and its `get_config()`.
 
 Our layers store each constructor argument as an attribute of the same name
 (`self.d_model = d_model`) and list those names in a class attribute
@@ -11,6 +11,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import keras
+
+
+def constructor_arguments(local_values: dict) -> dict:
+    """The arguments of an `__init__`, from `locals()` taken at its first line: every
+    local but `self`, `kwargs` (Keras' own: name, dtype, ...) and `__class__`."""
+    return {k: v for k, v in local_values.items() if k not in ("self", "kwargs", "__class__")}
+
+
+def keep_arguments(layer: keras.layers.Layer, arguments: dict, names: Iterable[str]) -> None:
+    """Sets `layer.<name> = arguments[name]` for each of `names`.
+
+    Called with `constructor_arguments(locals())` from the top of `__init__`; those that need
+    checking or converting are assigned again afterwards.
+    """
+    for name in names:
+        setattr(layer, name, arguments[name])
 
 
 def stored_arguments(layer: keras.layers.Layer, names: Iterable[str]) -> dict:

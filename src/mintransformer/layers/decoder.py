@@ -18,7 +18,7 @@ from keras import ops
 from mintransformer import checks
 from mintransformer.layers import masks
 from mintransformer.layers.stack import Stack
-from mintransformer.layers.sublayer import BlockOptions, cached_self_attention, residual
+from mintransformer.layers.sublayer import BlockOptions, residual
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
@@ -75,8 +75,7 @@ class DecoderLayer(BlockOptions):
             self.norm_first,
             training,
         )
-        x, _ = residual(x, self.ffn, self.ffn_norm, self.ffn_dropout, self.norm_first, training)
-        return x, cross_weights
+        return self.feed_forward_residual(x, training), cross_weights
 
     def call(
         self,
@@ -89,18 +88,8 @@ class DecoderLayer(BlockOptions):
     ):
         checks.rank(x, 3, "x", "(batch, length, d_model)")
         checks.rank(encoder_output, 3, "encoder_output", "(batch, length, d_model)")
-        x, self_weights = residual(
-            x,
-            lambda h: self.self_attention(
-                h,
-                attention_mask=self_attention_mask,
-                training=training,
-                return_attention_weights=return_attention_weights,
-            ),
-            self.self_attention_norm,
-            self.self_attention_dropout,
-            self.norm_first,
-            training,
+        x, self_weights = self.self_attention_residual(
+            x, self_attention_mask, training, return_attention_weights
         )
         x, cross_weights = self._cross_and_feed_forward(
             x,
@@ -130,15 +119,7 @@ class DecoderLayer(BlockOptions):
         Returns:
             `(output (batch, 1, d_model), updated cache)`.
         """
-        x, cache = cached_self_attention(
-            x,
-            index,
-            cache,
-            self.self_attention,
-            self.self_attention_norm,
-            self.self_attention_dropout,
-            self.norm_first,
-        )
+        x, cache = self.cached_self_attention_residual(x, index, cache)
         x, _ = self._cross_and_feed_forward(
             x,
             lambda h: self.cross_attention(

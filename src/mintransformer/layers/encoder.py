@@ -5,7 +5,7 @@ paper or pre-LN with `norm_first=True`.
 
 Under a look-ahead mask an `EncoderLayer` is a GPT block; `EncoderLayer.step`
 then processes one position at a time with a key/value cache, sharing
-`cached_self_attention` with `DecoderLayer.step`.
+`BlockOptions.cached_self_attention_residual` with `DecoderLayer.step`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import keras
 
 from mintransformer import checks
 from mintransformer.layers.stack import Stack
-from mintransformer.layers.sublayer import BlockOptions, cached_self_attention, residual
+from mintransformer.layers.sublayer import BlockOptions
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
@@ -38,34 +38,30 @@ class EncoderLayer(BlockOptions):
         super().__init__(d_model, num_heads, dff, **kwargs)
         self.self_attention = self.attention("self_attention")
         self.ffn = self.feed_forward()
-        self.attention_norm = self.norm("attention_norm")
+        self.self_attention_norm = self.norm("attention_norm")
         self.ffn_norm = self.norm("ffn_norm")
-        self.attention_dropout = self.dropout()
+        self.self_attention_dropout = self.dropout()
         self.ffn_dropout = self.dropout()
+
+    @property
+    def attention_norm(self) -> keras.layers.LayerNormalization:
+        """The earlier name of `self_attention_norm`. `.keras` files store weights under
+        attribute names, visited in sorted order, so this name keeps their layout."""
+        return self.self_attention_norm
 
     def build(self, input_shape):
         self.self_attention.build(input_shape)
         self.ffn.build(input_shape)
-        self.attention_norm.build(input_shape)
+        self.self_attention_norm.build(input_shape)
         self.ffn_norm.build(input_shape)
         self.built = True
 
     def call(self, x, attention_mask=None, training=None, return_attention_weights=False):
         checks.rank(x, 3, "x", "(batch, length, d_model)")
-        x, weights = residual(
-            x,
-            lambda h: self.self_attention(
-                h,
-                attention_mask=attention_mask,
-                training=training,
-                return_attention_weights=return_attention_weights,
-            ),
-            self.attention_norm,
-            self.attention_dropout,
-            self.norm_first,
-            training,
+        x, weights = self.self_attention_residual(
+            x, attention_mask, training, return_attention_weights
         )
-        x, _ = residual(x, self.ffn, self.ffn_norm, self.ffn_dropout, self.norm_first, training)
+        x = self.feed_forward_residual(x, training)
         return (x, weights) if return_attention_weights else x
 
     def step(self, x, index, cache, padding_mask=None):
@@ -85,18 +81,8 @@ class EncoderLayer(BlockOptions):
         Returns:
             `(output (batch, 1, d_model), updated cache)`.
         """
-        x, cache = cached_self_attention(
-            x,
-            index,
-            cache,
-            self.self_attention,
-            self.attention_norm,
-            self.attention_dropout,
-            self.norm_first,
-            padding_mask,
-        )
-        x, _ = residual(x, self.ffn, self.ffn_norm, self.ffn_dropout, self.norm_first, False)
-        return x, cache
+        x, cache = self.cached_self_attention_residual(x, index, cache, padding_mask)
+        return self.feed_forward_residual(x), cache
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
@@ -144,3 +130,15 @@ class Encoder(Stack):
                 x, all_weights[f"encoder_layer{i}"] = x
         x = self.finish(x)
         return (x, all_weights) if return_attention_weights else x
+
+    def call_with_mask(
+        self, token_ids, padding_mask=None, mask_name: str = "padding_mask", **call_arguments
+    ):
+        """Calls the encoder; returns `(result of call, padding mask)`.
+
+        The bool `(batch, length)` mask is the one the encoder used (checked, or
+        built from `pad_id`), for the layers that read its output: cross-attention,
+        pooling. `mask_name` is the argument name that errors report.
+        """
+        keep = self.padding_mask(token_ids, padding_mask, mask_name)
+        return self(token_ids, padding_mask=keep, **call_arguments), keep

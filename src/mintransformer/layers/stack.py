@@ -12,7 +12,12 @@ from keras import ops
 
 from mintransformer import checks
 from mintransformer.layers import masks
-from mintransformer.layers.arguments import config_with, stored_arguments
+from mintransformer.layers.arguments import (
+    config_with,
+    constructor_arguments,
+    keep_arguments,
+    stored_arguments,
+)
 from mintransformer.layers.embedding import TokenAndPositionEmbedding
 from mintransformer.layers.sublayer import BlockOptions
 
@@ -80,26 +85,13 @@ class Stack(keras.layers.Layer):
         token_embedding: keras.layers.Embedding | None = None,
         **kwargs,
     ):
+        arguments = constructor_arguments(locals())
         super().__init__(**kwargs)
+        keep_arguments(self, arguments, self.ARGUMENTS)
         self.num_layers = checks.positive_int(num_layers, "num_layers")
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.vocab_size = vocab_size
-        self.max_length = max_length
-        self.dropout_rate = dropout_rate
         self.pad_id = None if pad_id is None else checks.non_negative_int(pad_id, "pad_id")
-        self.activation = activation
-        self.norm_first = norm_first
-        self.position = position
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.key_dim = key_dim
-        self.ngram_buckets = ngram_buckets
-        self.ngram_dropout = ngram_dropout
         self.scale_embeddings = bool(scale_embeddings)
         self.use_bias = bool(use_bias)
-        self.attention_dropout_rate = attention_dropout_rate
-        self.embedding_init = embedding_init
         self.embedding = TokenAndPositionEmbedding(
             **stored_arguments(self, TokenAndPositionEmbedding.ARGUMENTS),
             token_embedding=token_embedding,

@@ -18,7 +18,7 @@ import keras
 from keras import ops
 
 from mintransformer import checks
-from mintransformer.layers.arguments import config_with
+from mintransformer.layers.arguments import config_with, stored_arguments
 from mintransformer.layers.attention import MultiHeadAttention
 from mintransformer.layers.feedforward import FeedForward
 
@@ -186,14 +186,8 @@ class BlockOptions(keras.layers.Layer):
 
     def feed_forward(self, name: str = "feed_forward") -> FeedForward:
         """A new position-wise feed-forward network with these options."""
-        return FeedForward(
-            self.d_model,
-            self.dff,
-            self.activation,
-            self.use_bias,
-            dtype=self.dtype_policy,
-            name=name,
-        )
+        arguments = stored_arguments(self, FeedForward.ARGUMENTS)
+        return FeedForward(**arguments, dtype=self.dtype_policy, name=name)
 
     def norm(self, name: str) -> keras.layers.LayerNormalization:
         """A new LayerNorm with `layer_norm_epsilon`."""
@@ -204,6 +198,45 @@ class BlockOptions(keras.layers.Layer):
     def dropout(self) -> keras.layers.Dropout:
         """A new Dropout at `dropout_rate`."""
         return keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    # The three sub-layers every block runs. Subclasses create, in their own order (which
+    # is the order of their weights), `self_attention`, `ffn` and, per sub-layer, a norm
+    # and a dropout named after it: `self_attention_norm`, `ffn_dropout`, ...
+
+    def self_attention_residual(
+        self, x, attention_mask=None, training=None, return_attention_weights=False
+    ):
+        """Add & Norm around self-attention: `(output, weights or None)`."""
+        return residual(
+            x,
+            lambda h: self.self_attention(
+                h,
+                attention_mask=attention_mask,
+                training=training,
+                return_attention_weights=return_attention_weights,
+            ),
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            self.norm_first,
+            training,
+        )
+
+    def cached_self_attention_residual(self, x, index, cache, padding_mask=None):
+        """`cached_self_attention` with this block's sub-layers: `(output, updated cache)`."""
+        return cached_self_attention(
+            x,
+            index,
+            cache,
+            self.self_attention,
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            self.norm_first,
+            padding_mask,
+        )
+
+    def feed_forward_residual(self, x, training=None):
+        """Add & Norm around the position-wise feed-forward network."""
+        return residual(x, self.ffn, self.ffn_norm, self.ffn_dropout, self.norm_first, training)[0]
 
     def get_config(self):
         return config_with(super().get_config(), self, self.ARGUMENTS)

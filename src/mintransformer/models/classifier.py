@@ -14,6 +14,7 @@ import keras
 from keras import ops
 
 from mintransformer import checks
+from mintransformer.layers.arguments import constructor_arguments
 from mintransformer.layers.encoder import Encoder
 
 POOLINGS = ("mean", "cls")
@@ -59,12 +60,8 @@ class TextClassifier(keras.Model):
         scale_embeddings: multiply token embeddings by sqrt(d_model) (the paper).
         use_bias: biases in the attention and feed-forward projections.
 
-    Call arguments:
-        token_ids: int `(batch, length)`.
-        padding_mask: optional bool `(batch, length)`, True at real tokens; by
-            default `token_ids != pad_id`.
-        training: enables dropout.
-        return_attention_weights: also return {"encoder_layer{i}": weights}.
+    Call arguments: as `Encoder` (`token_ids`, `padding_mask`, `training`,
+        `return_attention_weights`).
 
     Returns:
         float32 logits `(batch, num_classes)`, or `(logits, weights_dict)`.
@@ -93,7 +90,7 @@ class TextClassifier(keras.Model):
         use_bias=True,
         **kwargs,
     ):
-        arguments = dict(locals())
+        arguments = constructor_arguments(locals())
         super().__init__(**kwargs)
         self.num_classes = checks.positive_int(num_classes, "num_classes")
         if num_classes < 2:
@@ -133,10 +130,9 @@ class TextClassifier(keras.Model):
         return total / count
 
     def call(self, token_ids, padding_mask=None, training=None, return_attention_weights=False):
-        keep = self.encoder.padding_mask(token_ids, padding_mask, "padding_mask")
-        encoded = self.encoder(
+        encoded, keep = self.encoder.call_with_mask(
             token_ids,
-            padding_mask=keep,
+            padding_mask,
             training=training,
             return_attention_weights=return_attention_weights,
         )

@@ -14,6 +14,7 @@ import keras
 from keras import ops
 
 from mintransformer.layers import masks
+from mintransformer.layers.arguments import constructor_arguments
 from mintransformer.layers.encoder import EncoderLayer
 from mintransformer.layers.stack import Stack
 
@@ -122,7 +123,7 @@ class LanguageModel(keras.Model):
         **kwargs,
     ):
         # Every argument above, by name: the stack's settings and the saved config.
-        config = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
+        config = constructor_arguments(locals())
         super().__init__(**kwargs)
         self.config = config
         self.decoder = CausalStack(**config, dtype=self.dtype_policy, name="decoder")

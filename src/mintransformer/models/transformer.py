@@ -13,6 +13,7 @@ import keras
 from keras import ops
 
 from mintransformer import checks
+from mintransformer.layers.arguments import constructor_arguments
 from mintransformer.layers.decoder import Decoder
 from mintransformer.layers.encoder import Encoder
 
@@ -126,10 +127,8 @@ class Transformer(keras.Model):
         **kwargs,
     ):
         # Every argument above, by name (`rate` folded into `dropout_rate`): the saved config.
-        config = {
-            k: v for k, v in locals().items() if k not in ("self", "kwargs", "rate", "__class__")
-        }
-        config["dropout_rate"] = _dropout_rate(dropout_rate, rate)
+        config = constructor_arguments(locals())
+        config["dropout_rate"] = _dropout_rate(dropout_rate, config.pop("rate"))
         super().__init__(**kwargs)
         self.config = config
         shared = {k: v for k, v in config.items() if k not in MODEL_SETTINGS}
@@ -170,10 +169,10 @@ class Transformer(keras.Model):
 
     def encode(self, source_ids, source_mask=None, training=None, return_attention_weights=False):
         """Runs the encoder; returns `(encoder_output, source_mask[, weights])`."""
-        source_mask = self.encoder.padding_mask(source_ids, source_mask, "source_mask")
-        out = self.encoder(
+        out, source_mask = self.encoder.call_with_mask(
             source_ids,
-            padding_mask=source_mask,
+            source_mask,
+            "source_mask",
             training=training,
             return_attention_weights=return_attention_weights,
         )

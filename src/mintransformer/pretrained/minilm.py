@@ -20,7 +20,7 @@ Hugging Face tensor name                        -> our variable
     encoder.layer.{i}.attention.self.key        -> blocks[i].self_attention.key_dense
     encoder.layer.{i}.attention.self.value      -> blocks[i].self_attention.value_dense
     encoder.layer.{i}.attention.output.dense    -> blocks[i].self_attention.output_dense
-    encoder.layer.{i}.attention.output.LayerNorm -> blocks[i].attention_norm
+    encoder.layer.{i}.attention.output.LayerNorm -> blocks[i].self_attention_norm
     encoder.layer.{i}.intermediate.dense        -> blocks[i].ffn.inner
     encoder.layer.{i}.output.dense              -> blocks[i].ffn.outer
     encoder.layer.{i}.output.LayerNorm          -> blocks[i].ffn_norm
@@ -46,7 +46,12 @@ from keras import ops
 
 from mintransformer import checks
 from mintransformer.layers import masks
-from mintransformer.layers.arguments import config_with, stored_arguments
+from mintransformer.layers.arguments import (
+    config_with,
+    constructor_arguments,
+    keep_arguments,
+    stored_arguments,
+)
 from mintransformer.layers.bert_embedding import BertEmbedding
 from mintransformer.layers.encoder import EncoderLayer
 
@@ -129,17 +134,11 @@ class BertEncoder(keras.layers.Layer):
         dropout_rate=0.0,
         **kwargs,
     ):
+        arguments = constructor_arguments(locals())
         super().__init__(**kwargs)
-        self.vocab_size = vocab_size
+        keep_arguments(self, arguments, self.ARGUMENTS)
         self.num_layers = checks.positive_int(num_layers, "num_layers")
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.max_length = max_length
-        self.type_vocab_size = type_vocab_size
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.activation = activation
-        self.dropout_rate = dropout_rate
         self.embedding = BertEmbedding(
             **stored_arguments(self, BertEmbedding.ARGUMENTS),
             dtype=self.dtype_policy,
@@ -263,7 +262,7 @@ def hf_weight_map(encoder: BertEncoder) -> dict[str, tuple[keras.Variable, bool]
             table[f"{prefix}{name}.weight"] = (layer.kernel, True)
             table[f"{prefix}{name}.bias"] = (layer.bias, False)
         norms = {
-            "attention.output.LayerNorm": block.attention_norm,
+            "attention.output.LayerNorm": block.self_attention_norm,
             "output.LayerNorm": block.ffn_norm,
         }
         for name, layer in norms.items():

@@ -62,8 +62,7 @@ def train_classification(
     Returns:
         the model holding the final (averaged) weights, and the tokenizer.
     """
-    config = run.config(ClassificationConfig)
-    keras.utils.set_random_seed(config.seed)
+    config = loop.start(run, ClassificationConfig)
     labels = LabelSet(config.labels)
     texts = (text for text, _ in splits["train"])
     tokenizer = loop.prepare_tokenizer(

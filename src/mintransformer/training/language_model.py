@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import keras
 import numpy as np
 
 from mintransformer.config import LanguageModelConfig
@@ -52,10 +51,9 @@ def train_language_model(
     Returns:
         the model holding the final (averaged) weights, and the tokenizer.
     """
-    config = run.config(LanguageModelConfig)
+    config = loop.start(run, LanguageModelConfig)
     if not 0 < config.val_fraction < 1:
         raise ValueError(f"`val_fraction` must be in (0, 1), got {config.val_fraction}.")
-    keras.utils.set_random_seed(config.seed)
     tokenizer = loop.prepare_tokenizer(run, lines, resume, vocab_size=config.vocab_size)
     train_windows, val_windows = split_windows(tokenizer, lines, config)
     batch_size = max(1, config.max_tokens // config.max_length)

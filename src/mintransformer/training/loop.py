@@ -4,7 +4,8 @@ A trainer (`training.translation`, `training.classification`,
 `training.language_model`) reads its data, builds batches and a model, then
 hands them to `fit`:
 
-    run, data = open_run(path, config, resume, overwrite, load_data)
+    run, config, data = open_run(path, config, ConfigClass, resume, overwrite, load_data)
+    config = start(run, ConfigClass)
     tokenizer = prepare_tokenizer(run, texts, resume, vocab_size=...)
     model = build_model(config, tokenizer.vocab_size)
     compile_for_training(model, config, len(train))
@@ -67,6 +68,14 @@ def open_run(
     if not resume:
         run = RunDirectory.create(path, config, overwrite=overwrite)
     return run, config, data
+
+
+def start(run: RunDirectory, config_class: type[RunConfig]) -> RunConfig:
+    """The run's config, with Python, NumPy and the backend seeded from `config.seed`
+    (weight initialisation and everything drawn before the first epoch)."""
+    config = run.config(config_class)
+    keras.utils.set_random_seed(config.seed)
+    return config
 
 
 def prepare_tokenizer(

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import keras
-
 from mintransformer.backend_adapter import batch_width_multiple
 from mintransformer.config import TranslationConfig
 from mintransformer.data.batching import TranslationBatches
@@ -51,8 +49,7 @@ def train_translation(
     Returns:
         the model holding the final (averaged) weights, and the tokenizer.
     """
-    config = run.config(TranslationConfig)
-    keras.utils.set_random_seed(config.seed)
+    config = loop.start(run, TranslationConfig)
     texts = [text for pair in splits["train"] for text in pair]
     tokenizer = loop.prepare_tokenizer(run, texts, resume, vocab_size=config.vocab_size)
     train = make_batches(tokenizer, splits["train"], config, shuffle=True)
