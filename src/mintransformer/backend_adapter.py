@@ -1,6 +1,7 @@
 """The one place with backend-specific code: compiling an inference function,
 whether the backend's fused attention kernel is the faster one, thread pools, the
-precision the hardware pays for, and the padded width of training batches.
+precision the hardware pays for, the padded width of training batches, and
+data-parallel devices.
 
 Everything else in mintransformer uses `keras.ops`. Inference steps run many
 times on same-shaped inputs, so they are compiled once per shape:
@@ -162,3 +163,56 @@ def seed_global_generators(seed: int) -> None:
         import torch
 
         torch.manual_seed(seed)
+
+
+def start_data_parallel(
+    devices: int | None, coordinator: str | None, num_processes: int, process_id: int
+) -> tuple[int, int, int]:
+    """Replicates models built from now on over the devices, with `keras.distribution`.
+
+    JAX only: Keras 3's distribution runs on JAX's collectives (on TensorFlow it
+    trains on one device without a word; on PyTorch it fails). With several
+    processes, `keras.distribution.initialize` joins them first.
+
+    Args:
+        devices: devices per process; None: all that JAX sees.
+        coordinator: "HOST:PORT" of process 0, with several processes.
+        num_processes: processes in the job.
+        process_id: this process's index.
+
+    Returns:
+        `(devices in the job, processes, this process's index)`.
+
+    Raises:
+        ValueError: on another backend, or if JAX sees fewer devices than asked for.
+    """
+    backend = keras.backend.backend()
+    if backend != "jax":
+        raise ValueError(
+            f"data-parallel training runs on the JAX backend (keras.distribution); this "
+            f"process runs {backend}: set KERAS_BACKEND=jax or pass --backend jax."
+        )
+    import jax
+
+    if num_processes > 1:
+        keras.distribution.initialize(coordinator, num_processes, process_id)
+    local = jax.local_devices()
+    if devices is not None and devices > len(local):
+        raise ValueError(
+            f"--devices {devices}, but JAX sees {len(local)} here ({local[0].platform}). "
+            f"On a CPU host, start Python with "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} "
+            "(the command line sets it for --devices)."
+        )
+    # The first `per_process` devices of every process, process by process: each
+    # process feeds the rows of its own devices (`ShardedBatches`).
+    per_process = devices or len(local)
+    mesh_devices = [
+        device
+        for index in range(jax.process_count())
+        for device in [d for d in jax.devices() if d.process_index == index][:per_process]
+    ]
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=mesh_devices, auto_shard_dataset=False)
+    )
+    return len(mesh_devices), jax.process_count(), jax.process_index()

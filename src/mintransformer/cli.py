@@ -94,9 +94,7 @@ def train_translation_command(args) -> None:
         )
         config = _new_config(args, "translation", data=data, mixed_precision=args.bf16)
     start = time.perf_counter()
-    model, tokenizer, splits = translation.train(
-        args.run, config, resume=args.resume, overwrite=args.overwrite, verbose=args.verbose
-    )
+    model, tokenizer, splits = translation.train(args.run, config, **training_options(args))
     print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {args.run}")
     if args.report > 0:
         from mintransformer.translation import Translator
@@ -124,9 +122,7 @@ def train_classification_command(args) -> None:
         data = data_spec(args.train, args.val, args.test, args.val_fraction)
         config = _new_config(args, "classification", data=data, mixed_precision=args.bf16)
     start = time.perf_counter()
-    _, _, accuracy = classification.train(
-        args.run, config, resume=args.resume, overwrite=args.overwrite, verbose=args.verbose
-    )
+    _, _, accuracy = classification.train(args.run, config, **training_options(args))
     print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {args.run}")
     if accuracy is not None:
         print(f"test: {accuracy}")
@@ -141,9 +137,7 @@ def train_lm_command(args) -> None:
             raise ValueError("--text FILE is required: the text file to train on")
         config = _new_config(args, "language_model", text=str(args.text.resolve()))
     start = time.perf_counter()
-    language_model.train(
-        args.run, config, resume=args.resume, overwrite=args.overwrite, verbose=args.verbose
-    )
+    language_model.train(args.run, config, **training_options(args))
     print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {args.run}")
 
 
@@ -295,6 +289,48 @@ def _add_run_flags(parser, what: str) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run")
 
 
+def _add_parallel_flags(parser) -> None:
+    group = parser.add_argument_group("data-parallel training (JAX backend: keras.distribution)")
+    group.add_argument(
+        "--distribute", choices=["data"], help="replicate the model, split every batch"
+    )
+    group.add_argument("--devices", type=int, help="devices per process (default: all)")
+    group.add_argument("--coordinator", help="HOST:PORT of process 0, with several processes")
+    group.add_argument("--num-processes", type=int, default=1, help="processes (hosts)")
+    group.add_argument("--process-id", type=int, default=0, help="this process's index")
+
+
+def data_parallel_options(args):
+    """The `DataParallel` that the flags describe, or None without --distribute."""
+    given = [flag for flag in ("devices", "coordinator") if getattr(args, flag, None)]
+    given += ["num_processes"] if getattr(args, "num_processes", 1) != 1 else []
+    if getattr(args, "distribute", None) is None:
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise ValueError(f"{flags}: these flags apply only with --distribute data")
+        return None
+    from mintransformer.training.data_parallel import DataParallel
+
+    return DataParallel(args.devices, args.coordinator, args.num_processes, args.process_id)
+
+
+def training_options(args) -> dict:
+    """The keyword arguments of every trainer's `train`, from the flags."""
+    return dict(
+        resume=args.resume,
+        overwrite=args.overwrite,
+        verbose=args.verbose,
+        data_parallel=data_parallel_options(args),
+    )
+
+
+def request_host_devices(args) -> None:
+    """Asks XLA for `--devices` CPU devices; it reads the flag once, when JAX starts."""
+    if getattr(args, "distribute", None) and args.devices and "jax" not in sys.modules:
+        flag = f"--xla_force_host_platform_device_count={args.devices}"
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+
+
 def _add_input_flags(parser, what: str) -> None:
     parser.add_argument("text", nargs="*", help=f"{what} (default: --input or stdin)")
     parser.add_argument("--input", type=Path, help=f"file with one of the {what} per line")
@@ -342,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--num-train", type=int, default=30_000, help="numbers corpus size")
     _add_config_flags(translation, "translation", "model and training (override the preset)")
     translation.add_argument("--bf16", **BF16_FLAG)
+    _add_parallel_flags(translation)
     translation.add_argument(
         "--report", type=int, default=1000, help="held-out sentences translated after training"
     )
@@ -363,11 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
     labelled.add_argument("--test", help="test texts, scored once after training")
     _add_config_flags(classification, "classification", "model and training (override the preset)")
     classification.add_argument("--bf16", **BF16_FLAG)
+    _add_parallel_flags(classification)
 
     lm = add(tasks, "lm", "train a decoder-only language model on a text file", train_lm_command)
     _add_run_flags(lm, "run")
     lm.add_argument("--text", type=Path, help="UTF-8 text file to train on (one line each)")
     _add_config_flags(lm, "language_model", "model and training (override the defaults)")
+    _add_parallel_flags(lm)
 
     translate = add(commands, "translate", "translate text with a trained run", translate_command)
     translate.add_argument("--run", type=Path, required=True)
@@ -427,6 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        request_host_devices(args)
         select_backend(args.backend, args.verbose)
         args.run_command(args)
     except (FileNotFoundError, FileExistsError, ValueError, ModuleNotFoundError) as err:

@@ -22,6 +22,7 @@ from mintransformer.models.classifier import TextClassifier
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import loop
+from mintransformer.training.data_parallel import DataParallel, shard
 
 Examples = list[tuple[str, str]]
 
@@ -50,7 +51,11 @@ def make_batches(
 
 def compile_for_training(model, config: ClassificationConfig, steps_per_epoch: int) -> None:
     """The loop's warm-up Adam with cross-entropy over class logits, and accuracy."""
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    # Divided by the sum of the sample weights: the padding rows of a data-parallel
+    # batch (weight 0) then change neither the loss nor the accuracy.
+    loss = keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction="mean_with_sample_weight"
+    )
     loop.compile_for_training(model, config, steps_per_epoch, loss, ["accuracy"])
 
 
@@ -70,6 +75,7 @@ def train_classification(
     )
     train = make_batches(tokenizer, splits["train"], labels, config, True, "the training data")
     val = make_batches(tokenizer, splits["val"], labels, config, False, "the validation data")
+    train, val = shard(train, val, tokenizer.pad_id, weight_rows=True)
     model = loop.build_and_fit(
         run, config, tokenizer, train, val, resume, verbose, compile_for_training
     )
@@ -90,8 +96,11 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     verbose: int = 1,
+    data_parallel: DataParallel | None = None,
 ) -> tuple[TextClassifier, Tokenizer, Accuracy | None]:
     """Trains a new run in `path` with `config` (or resumes it), then scores its test split.
+
+    `data_parallel` trains on several devices (JAX; `training.data_parallel`).
 
     `config.data` names the files: "train", "val" and "test" paths and "val_fraction".
 
@@ -99,7 +108,7 @@ def train(
         the model, its tokenizer, and the accuracy on the test split (None without one).
     """
     run, config, splits = loop.open_run(
-        path, config, ClassificationConfig, resume, overwrite, _load_data
+        path, config, ClassificationConfig, resume, overwrite, _load_data, data_parallel
     )
     counts = ", ".join(f"{k} {len(v):,} texts" for k, v in splits.items())
     print(f"data: {counts}; classes {config.labels}")

@@ -21,6 +21,7 @@ from mintransformer.models.language_model import LanguageModel
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import loop
+from mintransformer.training.data_parallel import DataParallel, shard
 
 
 def split_windows(
@@ -59,6 +60,7 @@ def train_language_model(
     batch_size = max(1, config.max_tokens // config.max_length)
     train = WindowBatches(train_windows, batch_size, shuffle=True, seed=config.seed)
     val = WindowBatches(val_windows, batch_size, shuffle=False)
+    train, val = shard(train, val, tokenizer.pad_id)
     return loop.build_and_fit(run, config, tokenizer, train, val, resume, verbose), tokenizer
 
 
@@ -69,10 +71,20 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     verbose: int = 1,
+    data_parallel: DataParallel | None = None,
 ) -> tuple[LanguageModel, Tokenizer]:
-    """Trains a new run in `path` on `config.text` (or resumes the run there)."""
+    """Trains a new run in `path` on `config.text` (or resumes the run there).
+
+    `data_parallel` trains on several devices (JAX; `training.data_parallel`).
+    """
     run, config, lines = loop.open_run(
-        path, config, LanguageModelConfig, resume, overwrite, lambda c: read_text(c.text)
+        path,
+        config,
+        LanguageModelConfig,
+        resume,
+        overwrite,
+        lambda c: read_text(c.text),
+        data_parallel,
     )
     print(f"data: {len(lines):,} lines of {config.text}")
     return train_language_model(run, lines, resume=resume, verbose=verbose)

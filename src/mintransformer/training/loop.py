@@ -37,6 +37,8 @@ from mintransformer.config import RunConfig
 from mintransformer.loading import build_model
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
+from mintransformer.training.data_parallel import DataParallel
+from mintransformer.training.data_parallel import start as data_parallel_start
 from mintransformer.training.losses import MaskedAccuracy, MaskedLoss
 from mintransformer.training.schedule import warmup_schedule
 from mintransformer.training.stream import EpochStream
@@ -49,19 +51,29 @@ def open_run(
     resume: bool,
     overwrite: bool,
     load_data: Callable[[RunConfig], Any],
+    data_parallel: DataParallel | None = None,
 ) -> tuple[RunDirectory, RunConfig, Any]:
     """The run directory to train in, its config and its data.
 
     With `resume` the config is the run's own; otherwise `config` is written to a
     new run directory. The data are loaded first, so bad data leave no run behind.
     `load_data` may complete the config (e.g. the class names) before it is saved.
+    With `data_parallel`, the models built from now on are replicated over its
+    devices (`training.data_parallel`).
     """
     print(configure_threads())
+    if data_parallel is not None:
+        data_parallel_start(data_parallel)
     if resume:
         run = RunDirectory.to_resume(path)
         config = run.config(config_class)
     elif not isinstance(config, config_class):
         raise ValueError(f"a new run needs a {config_class.__name__}, got {config!r}")
+    if data_parallel is not None and data_parallel.num_processes > 1 and config.minutes:
+        raise ValueError(
+            "a time budget (--minutes) cannot end a run of several processes: each would "
+            "stop at its own step. Give --epochs instead."
+        )
     if hasattr(config, "mixed_precision"):
         print(choose_precision(config.mixed_precision)[1])
     data = load_data(config)
@@ -109,11 +121,14 @@ def compile_for_training(
 
     The default loss and metric are those of next-token prediction: label-smoothed
     cross-entropy (`config.label_smoothing`) and accuracy, both ignoring padding.
+    Given metrics are weighted by the batches' sample weights, if they carry any.
     """
+    optimizer = warmup_adam(config, steps_per_epoch)
     if loss is None:
         loss = MaskedLoss(config.label_smoothing, pad_id=Tokenizer.pad_id)
-        metrics = [MaskedAccuracy(pad_id=Tokenizer.pad_id)]
-    model.compile(optimizer=warmup_adam(config, steps_per_epoch), loss=loss, metrics=metrics)
+        model.compile(optimizer, loss, metrics=[MaskedAccuracy(pad_id=Tokenizer.pad_id)])
+    else:
+        model.compile(optimizer, loss, weighted_metrics=metrics)
     model.optimizer.build(model.trainable_variables)
 
 

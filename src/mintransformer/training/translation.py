@@ -18,6 +18,7 @@ from mintransformer.models.transformer import Transformer
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import loop
+from mintransformer.training.data_parallel import DataParallel, shard
 from mintransformer.training.loop import compile_for_training  # noqa: F401  (imported from here)
 
 Pairs = list[tuple[str, str]]
@@ -54,6 +55,7 @@ def train_translation(
     tokenizer = loop.prepare_tokenizer(run, texts, resume, vocab_size=config.vocab_size)
     train = make_batches(tokenizer, splits["train"], config, shuffle=True)
     val = make_batches(tokenizer, splits["val"], config, shuffle=False)
+    train, val = shard(train, val, tokenizer.pad_id)
     return loop.build_and_fit(run, config, tokenizer, train, val, resume, verbose), tokenizer
 
 
@@ -64,14 +66,23 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     verbose: int = 1,
+    data_parallel: DataParallel | None = None,
 ) -> tuple[Transformer, Tokenizer, dict[str, Pairs]]:
     """Trains a new run in `path` with `config`, or resumes the run there.
+
+    `data_parallel` trains on several devices (JAX; `training.data_parallel`).
 
     Returns:
         the trained model, its tokenizer and the corpus splits it was trained on.
     """
     run, config, splits = loop.open_run(
-        path, config, TranslationConfig, resume, overwrite, lambda c: load_corpus(c.data)
+        path,
+        config,
+        TranslationConfig,
+        resume,
+        overwrite,
+        lambda c: load_corpus(c.data),
+        data_parallel,
     )
     print(f"data: {', '.join(f'{k} {len(v):,} pairs' for k, v in splits.items())}")
     model, tokenizer = train_translation(run, splits, resume=resume, verbose=verbose)

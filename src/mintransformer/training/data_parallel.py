@@ -1,0 +1,174 @@
+"""Data-parallel training with `keras.distribution` (JAX backend).
+
+Every device holds the whole model and takes a slice of the rows of every batch;
+JAX averages the gradients across devices (and across processes, over the
+network). Nothing here computes gradients: Keras and JAX do.
+
+    DataParallel(devices=2)                        # one host, two devices
+    DataParallel(coordinator="10.0.0.1:1234",      # two hosts, run once on each
+                 num_processes=2, process_id=0)    # (process_id=1 on the other)
+
+`start` sets the distribution before the model is built, so its variables are
+replicated. `ShardedBatches` pads each batch with whole rows of padding up to a
+multiple of the device count (a token-budget batch holds any number of rows), rows
+that the loss and metrics ignore, and gives each process its share of the rows.
+Every process reads the same data with the same seed and keeps its own rows.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+
+from mintransformer import checks
+from mintransformer.backend_adapter import start_data_parallel
+
+_HOST_PORT = re.compile(r"^[^:\s]+:\d{1,5}$")
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """Where to train: devices per process and, for several processes, how they meet.
+
+    Args:
+        devices: devices per process; None: every device JAX sees.
+        coordinator: "HOST:PORT" of process 0 (required with several processes).
+        num_processes: processes in the job, one per host usually.
+        process_id: this process's index, 0 .. num_processes - 1.
+    """
+
+    devices: int | None = None
+    coordinator: str | None = None
+    num_processes: int = 1
+    process_id: int = 0
+
+    def __post_init__(self):
+        if self.devices is not None:
+            checks.positive_int(self.devices, "devices")
+        checks.positive_int(self.num_processes, "num_processes")
+        if not 0 <= self.process_id < self.num_processes:
+            raise ValueError(
+                f"`process_id` must be in [0, {self.num_processes}), got {self.process_id}."
+            )
+        if self.num_processes > 1 and not _HOST_PORT.match(self.coordinator or ""):
+            raise ValueError(
+                f"{self.num_processes} processes need a coordinator address HOST:PORT (the "
+                f"address of process 0), got {self.coordinator!r}."
+            )
+
+
+@dataclass(frozen=True)
+class Shards:
+    """How the rows of a batch are spread: over `devices` in all, `processes` of them."""
+
+    devices: int
+    processes: int
+    process_index: int
+
+
+def start(options: DataParallel) -> Shards:
+    """Sets `keras.distribution` to data parallelism over the devices of `options`.
+
+    Raises:
+        ValueError: on a backend other than JAX, or with fewer devices than asked for.
+    """
+    devices, processes, index = start_data_parallel(
+        options.devices, options.coordinator, options.num_processes, options.process_id
+    )
+    return Shards(devices, processes, index)
+
+
+def current_shards() -> Shards | None:
+    """The `Shards` of the data-parallel distribution in force, if one is."""
+    distribution = keras.distribution.distribution()
+    if not isinstance(distribution, keras.distribution.DataParallel):
+        return None
+    import jax  # a DataParallel distribution runs only on JAX (`start`)
+
+    devices = int(np.prod(distribution.device_mesh.shape))
+    return Shards(devices, jax.process_count(), jax.process_index())
+
+
+class ShardedBatches(keras.utils.PyDataset):
+    """A dataset's batches with rows padded to a multiple of the devices, this process's rows.
+
+    Args:
+        dataset: a `PyDataset` of `(inputs, targets)` batches whose arrays all have
+            the batch (rows) first; its `set_epoch`, `epoch` and `token_counts`
+            pass through.
+        shards: the devices and processes the rows are spread over.
+        pad_id: the value of the padding rows (of inputs and targets alike).
+        weight_rows: also return per-row sample weights, 0 on padding rows, for
+            losses that do not skip `pad_id` targets themselves (class labels).
+            Without it the padding rows must be ignored by the loss (their
+            targets are all `pad_id`).
+    """
+
+    def __init__(self, dataset, shards: Shards, pad_id: int, weight_rows: bool = False):
+        super().__init__()
+        self.dataset = dataset
+        self.shards = shards
+        self.pad_id = pad_id
+        self.weight_rows = weight_rows
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    @property
+    def epoch(self) -> int:
+        return self.dataset.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+
+    def on_epoch_end(self) -> None:
+        self.dataset.on_epoch_end()
+
+    def token_counts(self, index: int) -> tuple[int, int]:
+        """The whole batch's `(real, padded)` tokens, across all processes."""
+        return self.dataset.token_counts(index)
+
+    def padded_rows(self, rows: int) -> int:
+        """`rows` rounded up to a multiple of the device count."""
+        return -(-rows // self.shards.devices) * self.shards.devices
+
+    def __getitem__(self, index: int):
+        inputs, targets = self.dataset[index]
+        rows = len(targets)
+        total = self.padded_rows(rows)
+        share = total // self.shards.processes
+        mine = slice(self.shards.process_index * share, (self.shards.process_index + 1) * share)
+
+        def pad(array: np.ndarray) -> np.ndarray:
+            padding = [(0, total - rows)] + [(0, 0)] * (array.ndim - 1)
+            return np.pad(array, padding, constant_values=self.pad_id)[mine]
+
+        batch = keras.tree.map_structure(pad, (inputs, targets))
+        if self.weight_rows:
+            weights = (np.arange(total) < rows).astype("float32")[mine]
+            return (*batch, weights)
+        return batch
+
+    def padding_summary(self) -> str:
+        """How many rows of the current epoch are padding, in words."""
+        rows = [len(self.dataset[i][1]) for i in range(len(self.dataset))]
+        added = sum(self.padded_rows(r) for r in rows) - sum(rows)
+        return (
+            f"data parallel: {self.shards.devices} devices in {self.shards.processes} "
+            f"process(es); {added:,} padding rows added to {sum(rows):,} "
+            f"({100 * added / max(sum(rows), 1):.1f}%) so that every batch splits evenly; "
+            "the loss ignores them, no example is dropped"
+        )
+
+
+def shard(train, val, pad_id: int, weight_rows: bool = False) -> tuple:
+    """`train` and `val` as `ShardedBatches` under data parallelism; as they are otherwise."""
+    shards = current_shards()
+    if shards is None:
+        return train, val
+    train, val = (ShardedBatches(d, shards, pad_id, weight_rows) for d in (train, val))
+    print(train.padding_summary())
+    return train, val
