@@ -425,11 +425,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from mintransformer.errors import USER_ERRORS
+
     args = build_parser().parse_args(argv)
     try:
         select_backend(args.backend, args.verbose)
         args.run_command(args)
-    except (FileNotFoundError, FileExistsError, ValueError, ModuleNotFoundError) as err:
+    except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -15,6 +15,8 @@ checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from mintransformer.config import (  # noqa: F401  (the configs were defined here before)
@@ -25,6 +27,7 @@ from mintransformer.config import (  # noqa: F401  (the configs were defined her
     TranslationConfig,
     config_from_json,
 )
+from mintransformer.errors import CorruptFileError
 from mintransformer.files import atomic_write
 
 CONFIG = "config.json"
@@ -32,6 +35,12 @@ TOKENIZER = "tokenizer.json"
 WEIGHTS = "model.npz"
 LOG = "log.csv"
 CHECKPOINTS = "checkpoints"
+# The `mintransformer train` subcommand of each kind of run.
+TRAIN_COMMANDS = {
+    "translation": "translation",
+    "classification": "classification",
+    "language_model": "lm",
+}
 
 
 class RunDirectory:
@@ -94,8 +103,15 @@ class RunDirectory:
         atomic_write(self.config_path, lambda f: f.write(config.to_json().encode()))
 
     def config(self, expected: type[RunConfig] | None = None) -> RunConfig:
-        """The run's config; with `expected`, a ValueError if the run is of another kind."""
-        text = self.config_path.read_text()
+        """The run's config; with `expected`, a ValueError if the run is of another kind.
+
+        Raises:
+            CorruptFileError: if config.json is empty, not UTF-8 or not JSON.
+        """
+        try:
+            text = self.config_path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise CorruptFileError(self.config_path, f"is corrupt: not UTF-8 ({err})") from None
         if expected is None:
             return config_from_json(text, str(self.config_path))
         return expected.from_json(text, str(self.config_path))
@@ -110,3 +126,25 @@ class RunDirectory:
     @staticmethod
     def epoch_of(checkpoint: Path) -> int:
         return int(checkpoint.stem.split("-")[1])
+
+    def repair_hint(self, damaged: Path) -> str:
+        """What to do about a damaged file of this run."""
+        if damaged == self.weights_path and self.checkpoints():
+            command = TRAIN_COMMANDS[self.config().task]
+            return (
+                f"rebuild it from the run's checkpoints with `mintransformer train {command} "
+                f"--run {self.path} --resume`"
+            )
+        if damaged.parent == self.checkpoint_dir:
+            return "delete it, then --resume continues from the checkpoint before it"
+        return "restore it from a copy of the run, or train the run again with --overwrite"
+
+    @contextlib.contextmanager
+    def explain_damage(self) -> Iterator[None]:
+        """Within the block, a `CorruptFileError` also says what to do (`repair_hint`)."""
+        try:
+            yield
+        except CorruptFileError as err:
+            if err.remedy:
+                raise
+            raise err.with_remedy(self.repair_hint(err.path)) from None

@@ -12,6 +12,7 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
+from mintransformer.errors import CorruptFileError
 from mintransformer.files import atomic_write
 
 
@@ -130,7 +131,7 @@ class Tokenizer:
 
         Raises:
             FileNotFoundError: If `path` does not exist.
-            ValueError: If `path` is not a valid tokenizer file.
+            CorruptFileError: If `path` is empty, truncated or not a tokenizer file.
         """
         path = Path(path)
         if not path.is_file():
@@ -138,7 +139,9 @@ class Tokenizer:
         try:
             return cls(HFTokenizer.from_str(path.read_text(encoding="utf-8")))
         except Exception as err:  # tokenizers raises a bare Exception on parse errors
-            raise ValueError(f"invalid tokenizer file {path}: {err}") from err
+            raise CorruptFileError(
+                path, f"is corrupt: empty, truncated or not a tokenizer file ({err})"
+            ) from None
 
     @property
     def vocab_size(self) -> int:

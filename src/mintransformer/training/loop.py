@@ -20,6 +20,7 @@ and with a time budget (`config.minutes`) stops when the budget is spent.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from mintransformer.backend_adapter import (
     seed_global_generators,
 )
 from mintransformer.config import RunConfig
+from mintransformer.errors import CorruptFileError
 from mintransformer.loading import build_model
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
@@ -228,12 +230,12 @@ def fit(
         verbose: `model.fit` verbosity (0 silent, 1 progress bar).
     """
     initial_epoch, spent = 0, 0.0
-    saved = run.checkpoints() if resume else []
-    if saved:
-        checkpoints.load_variables(saved[-1], training_state(model))
-        initial_epoch = run.epoch_of(saved[-1])
-        spent = checkpoints.read_meta(saved[-1]).get("train_seconds", 0.0)
-    elif not resume:
+    if resume:
+        restored = restore_newest_intact(run, training_state(model))
+        if restored is not None:
+            initial_epoch = run.epoch_of(restored)
+            spent = checkpoints.read_meta(restored).get("train_seconds", 0.0)
+    else:
         for old in run.checkpoints():
             old.unlink()
     budget = 60.0 * config.minutes
@@ -257,6 +259,37 @@ def fit(
             verbose=verbose,
         )
     average_into_result(run, model, config.average_last)
+
+
+def restore_newest_intact(run: RunDirectory, state: list) -> Path | None:
+    """Loads the newest checkpoint that reads back whole into `state`; returns its path.
+
+    A corrupt checkpoint (empty, truncated) is skipped with a warning naming it, and
+    renamed to `NAME.corrupt` so that neither averaging nor a later resume reads it;
+    training then repeats the epochs after the checkpoint it restored. Returns None
+    (training starts from the first epoch) if no checkpoint is intact.
+    """
+    skipped, restored = [], None
+    for checkpoint in reversed(run.checkpoints()):
+        try:
+            checkpoints.load_variables(checkpoint, state)
+        except CorruptFileError as err:
+            checkpoint.replace(checkpoint.with_name(checkpoint.name + ".corrupt"))
+            skipped.append(f"{checkpoint} ({err.problem}; kept as {checkpoint.name}.corrupt)")
+            continue
+        restored = checkpoint
+        break
+    if skipped:
+        warnings.warn(
+            f"skipped corrupt checkpoint {', '.join(skipped)}: "
+            + (
+                f"resuming from {restored.name}."
+                if restored
+                else "no intact checkpoint, training starts from the first epoch."
+            ),
+            stacklevel=2,
+        )
+    return restored
 
 
 def build_and_fit(

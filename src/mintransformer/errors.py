@@ -1,0 +1,37 @@
+"""Errors a user can cause and fix: each names what went wrong, the file, and what to do.
+
+The command line prints any of `USER_ERRORS` as one line, `error: ...`, without a
+traceback; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class CorruptFileError(ValueError):
+    """A file that is there but cannot be read: empty, truncated, or of another kind.
+
+    Args:
+        path: the file.
+        problem: what is wrong with it, as the rest of a sentence ("is empty (0 bytes)").
+        remedy: what to do about it, where the caller knows.
+    """
+
+    def __init__(self, path: str | Path, problem: str, remedy: str = ""):
+        self.path = Path(path)
+        self.problem = problem
+        self.remedy = remedy
+        super().__init__(f"{path} {problem}" + (f"; {remedy}" if remedy else ""))
+
+    def with_remedy(self, remedy: str) -> CorruptFileError:
+        """The same error, with `remedy` as what to do."""
+        return CorruptFileError(self.path, self.problem, remedy)
+
+
+USER_ERRORS = (
+    FileNotFoundError,
+    FileExistsError,
+    ValueError,
+    ModuleNotFoundError,
+)
