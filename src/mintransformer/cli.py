@@ -253,13 +253,15 @@ def embed_command(args) -> None:
 
     import numpy as np
 
+    from mintransformer.files import atomic_write
     from mintransformer.pretrained.minilm import sentence_embeddings
 
     texts = _input_texts(args)
     vectors = sentence_embeddings(texts, batch_size=args.batch_size)
     if args.output:
-        np.save(args.output, vectors)
-        print(f"wrote {len(texts)} embeddings of size {vectors.shape[1]} to {args.output}")
+        output = Path(str(args.output).removesuffix(".npy") + ".npy")  # as np.save names it
+        atomic_write(output, lambda f: np.save(f, vectors))
+        print(f"wrote {len(texts)} embeddings of size {vectors.shape[1]} to {output}")
     else:
         for vector in vectors:
             print(json.dumps([round(float(v), 6) for v in vector]))

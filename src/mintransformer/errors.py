@@ -29,9 +29,25 @@ class CorruptFileError(ValueError):
         return CorruptFileError(self.path, self.problem, remedy)
 
 
+class FileWriteError(OSError):
+    """Writing a file failed (disk full, read-only folder, ...); the old file is unchanged."""
+
+    def __init__(self, path: str | Path, cause: OSError):
+        super().__init__(cause.errno, cause.strerror, str(path))
+        self.message = (
+            f"could not write {path}: {cause.strerror or cause}. Nothing was replaced; "
+            "free some space or make the folder writable, then run again "
+            "(a training run continues with --resume)."
+        )
+
+    def __str__(self) -> str:
+        return self.message
+
+
 USER_ERRORS = (
     FileNotFoundError,
     FileExistsError,
     ValueError,
     ModuleNotFoundError,
+    FileWriteError,
 )

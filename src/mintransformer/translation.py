@@ -22,6 +22,7 @@ from mintransformer.data.text import normalize_text, read_lines
 from mintransformer.decoding.beam import beam_search
 from mintransformer.decoding.greedy import greedy_search
 from mintransformer.decoding.steps import CachedSteps
+from mintransformer.files import atomic_write
 from mintransformer.loading import load_trained
 
 
@@ -193,4 +194,4 @@ class Translator:
 
 def _write_lines(path: str | Path | None, lines: Sequence[str]) -> None:
     if path is not None:
-        Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        atomic_write(path, lambda f: f.write("".join(line + "\n" for line in lines).encode()))

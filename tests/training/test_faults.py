@@ -1,9 +1,15 @@
 """Training under faults: damaged checkpoints, failed writes, a diverging loss."""
 
+import errno
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from mintransformer import checkpoints, cli, files
 from mintransformer.data.corpora import load_corpus, numbers_spec
+from mintransformer.run import RunDirectory
 from mintransformer.training.translation import train_translation
 from tests.conftest import interrupt_after_epoch
 from tests.training.test_translation import start, weights_of
@@ -43,4 +49,46 @@ def test_resume_with_no_intact_checkpoint_starts_again_and_says_so(tmp_path, cor
     ):
         train_translation(run, corpus, resume=True, verbose=0)
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1]
+    assert run.weights_path.is_file()
+
+
+def fail_writing(monkeypatch, name: str, error: OSError) -> None:
+    """Makes the atomic write of any file called `name` fail with `error` half-way."""
+    original = files.atomic_write
+
+    def atomic_write(path, write):
+        def half_then_fail(f):
+            f.write(b"half a checkpoint")
+            raise error
+
+        original(path, half_then_fail if Path(path).name == name else write)
+
+    monkeypatch.setattr(checkpoints, "atomic_write", atomic_write)
+
+
+TINY_FLAGS = [
+    "--num-train", "1000", "--layers", "1", "--d-model", "32", "--heads", "2", "--dff", "64",
+    "--vocab-size", "200", "--max-tokens", "1500", "--warmup", "20", "--max-length", "48",
+    "--epochs", "3", "--average-last", "2", "--report", "0", "--verbose", "0",
+]  # fmt: skip
+
+
+def test_a_full_disk_during_a_checkpoint_stops_training_cleanly_and_resumes(
+    tmp_path, monkeypatch, capsys
+):
+    run = RunDirectory(tmp_path / "run")
+    fail_writing(monkeypatch, "epoch-0002.npz", OSError(errno.ENOSPC, "No space left on device"))
+    code = cli.main(["train", "translation", "--run", str(run.path), *TINY_FLAGS])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "error: could not write" in err and "epoch-0002.npz" in err
+    assert "No space left on device" in err and "--resume" in err
+    assert os.listdir(run.checkpoint_dir) == ["epoch-0001.npz"]  # no temporary left
+    checkpoints.read_arrays(run.checkpoint_path(1))
+    assert not run.weights_path.exists()
+
+    monkeypatch.undo()
+    resume = ["train", "translation", "--run", str(run.path), "--resume", "--verbose", "0"]
+    assert cli.main([*resume, "--report", "0"]) == 0
+    assert [run.epoch_of(p) for p in run.checkpoints()] == [2, 3]
     assert run.weights_path.is_file()
