@@ -44,10 +44,20 @@ class FileWriteError(OSError):
         return self.message
 
 
+class RunInUseError(RuntimeError):
+    """Another process is training in the run directory."""
+
+
+class NonFiniteLossError(ArithmeticError):
+    """The training loss became NaN or infinite."""
+
+
 USER_ERRORS = (
     FileNotFoundError,
     FileExistsError,
     ValueError,
     ModuleNotFoundError,
     FileWriteError,
+    RunInUseError,
+    NonFiniteLossError,
 )

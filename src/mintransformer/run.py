@@ -7,6 +7,7 @@
       checkpoints/         epoch-NNNN.npz: model + optimizer + dropout-seed state
       model.npz            the final weights (average of the last checkpoints)
       log.csv              per-epoch metrics
+      .lock                held by the process training in the run (`locking`)
 
 Every file is written atomically (temporary file + rename), so an interrupted
 run never leaves a half-written file; `--resume` continues from the newest
@@ -29,12 +30,14 @@ from mintransformer.config import (  # noqa: F401  (the configs were defined her
 )
 from mintransformer.errors import CorruptFileError
 from mintransformer.files import atomic_write
+from mintransformer.locking import exclusive_lock
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
 WEIGHTS = "model.npz"
 LOG = "log.csv"
 CHECKPOINTS = "checkpoints"
+LOCK = ".lock"
 # The `mintransformer train` subcommand of each kind of run.
 TRAIN_COMMANDS = {
     "translation": "translation",
@@ -98,6 +101,23 @@ class RunDirectory:
         if not run.config_path.is_file():
             raise FileNotFoundError(f"nothing to resume: {run.config_path} does not exist")
         return run
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Within the block no other process can train here (RunInUseError if one does).
+
+        A folder created for the lock alone is removed again, so a run that fails
+        before writing anything (bad data) leaves nothing behind.
+        """
+        created = not self.path.exists()
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            with exclusive_lock(self.path / LOCK, f"run directory {self.path}"):
+                yield
+        finally:
+            if created and [p.name for p in self.path.iterdir()] == [LOCK]:
+                (self.path / LOCK).unlink()
+                self.path.rmdir()
 
     def save_config(self, config: RunConfig) -> None:
         atomic_write(self.config_path, lambda f: f.write(config.to_json().encode()))

@@ -9,7 +9,9 @@ import pytest
 
 from mintransformer import checkpoints, cli, files
 from mintransformer.data.corpora import load_corpus, numbers_spec
+from mintransformer.errors import NonFiniteLossError
 from mintransformer.run import RunDirectory
+from mintransformer.training import loop
 from mintransformer.training.translation import train_translation
 from tests.conftest import interrupt_after_epoch
 from tests.training.test_translation import start, weights_of
@@ -92,3 +94,34 @@ def test_a_full_disk_during_a_checkpoint_stops_training_cleanly_and_resumes(
     assert cli.main([*resume, "--report", "0"]) == 0
     assert [run.epoch_of(p) for p in run.checkpoints()] == [2, 3]
     assert run.weights_path.is_file()
+
+
+@pytest.mark.parametrize("loss", [float("nan"), float("inf")])
+def test_a_non_finite_loss_raises_naming_the_epoch_and_batch(tmp_path, loss):
+    stop = loop.StopOnNonFiniteLoss(RunDirectory(tmp_path))
+    stop.on_epoch_begin(1)
+    stop.on_train_batch_end(0, {"loss": np.float32(2.5)})
+    with pytest.raises(NonFiniteLossError, match=r"epoch 2, batch 4: .*no checkpoint"):
+        stop.on_train_batch_end(3, {"loss": np.float32(loss)})
+
+
+def test_training_stops_at_the_first_nan_loss_and_keeps_the_last_good_checkpoint(
+    tmp_path, corpus, monkeypatch
+):
+    checkpoint_then_poison = loop.EpochCheckpoint.on_epoch_end
+
+    def poison_after_the_first_epoch(self, epoch, logs=None):
+        checkpoint_then_poison(self, epoch, logs)
+        if epoch == 0:
+            weight = self.model.trainable_weights[0]
+            weight.assign(np.full(weight.shape, np.nan, "float32"))
+
+    monkeypatch.setattr(loop.EpochCheckpoint, "on_epoch_end", poison_after_the_first_epoch)
+    run = start(tmp_path / "run", epochs=3)
+    message = r"loss became nan at epoch 2, batch 1: .*epoch-0001\.npz, is kept"
+    with pytest.raises(NonFiniteLossError, match=message):
+        train_translation(run, corpus, verbose=0)
+    assert [run.epoch_of(p) for p in run.checkpoints()] == [1]
+    arrays, _ = checkpoints.read_arrays(run.checkpoint_path(1))
+    assert all(np.isfinite(a).all() for a in arrays if a.dtype.kind == "f")
+    assert not run.weights_path.exists()

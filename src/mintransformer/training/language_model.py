@@ -73,8 +73,9 @@ def train(
     verbose: int = 1,
 ) -> tuple[LanguageModel, Tokenizer]:
     """Trains a new run in `path` on `config.text` (or resumes the run there)."""
-    run, config, lines = loop.open_run(
-        path, config, LanguageModelConfig, resume, overwrite, lambda c: read_text(c.text)
-    )
-    print(f"data: {len(lines):,} lines of {config.text}")
-    return train_language_model(run, lines, resume=resume, verbose=verbose)
+    with RunDirectory(path).lock():
+        run, config, lines = loop.open_run(
+            path, config, LanguageModelConfig, resume, overwrite, lambda c: read_text(c.text)
+        )
+        print(f"data: {len(lines):,} lines of {config.text}")
+        return train_language_model(run, lines, resume=resume, verbose=verbose)

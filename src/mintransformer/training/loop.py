@@ -19,6 +19,7 @@ and with a time budget (`config.minutes`) stops when the budget is spent.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -34,7 +35,7 @@ from mintransformer.backend_adapter import (
     seed_global_generators,
 )
 from mintransformer.config import RunConfig
-from mintransformer.errors import CorruptFileError
+from mintransformer.errors import CorruptFileError, NonFiniteLossError
 from mintransformer.loading import build_model
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
@@ -187,6 +188,37 @@ class EpochCheckpoint(keras.callbacks.Callback):
             old.unlink()
 
 
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stops training at the first batch whose loss is NaN or infinite, naming it.
+
+    It raises before that epoch's checkpoint is written, so the run's newest
+    checkpoint is the last good one, and no final weights are written.
+    """
+
+    def __init__(self, run: RunDirectory):
+        super().__init__()
+        self.run = run
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = float((logs or {}).get("loss", 0.0))
+        if math.isfinite(loss):
+            return
+        saved = self.run.checkpoints()
+        kept = (
+            f"the last good checkpoint, {saved[-1]}, is kept"
+            if saved
+            else "no checkpoint had been written"
+        )
+        raise NonFiniteLossError(
+            f"the training loss became {loss} at epoch {self.epoch + 1}, batch {batch + 1}: "
+            f"training stopped and {kept}; train again with a lower --peak-learning-rate "
+            "or more --warmup-steps."
+        )
+
+
 class EpochSeed(keras.callbacks.Callback):
     """Seeds the global random generators with `seed + epoch` before each epoch's first step.
 
@@ -218,7 +250,9 @@ def fit(
     Training stops after `config.epochs` epochs or, with `config.minutes` > 0, at the
     end of the step that spends the time budget (training time only: validation
     and checkpoints are not counted); that last, shorter epoch is checkpointed like
-    the others. A resumed run keeps what is left of its budget.
+    the others. A NaN or infinite loss stops training with an error naming the
+    epoch and batch (`StopOnNonFiniteLoss`). A resumed run keeps what is left of
+    its budget.
 
     Args:
         run: the run directory (checkpoints, log, final weights).
@@ -229,36 +263,38 @@ def fit(
         resume: continue from the newest checkpoint instead of starting afresh.
         verbose: `model.fit` verbosity (0 silent, 1 progress bar).
     """
-    initial_epoch, spent = 0, 0.0
-    if resume:
-        restored = restore_newest_intact(run, training_state(model))
-        if restored is not None:
-            initial_epoch = run.epoch_of(restored)
-            spent = checkpoints.read_meta(restored).get("train_seconds", 0.0)
-    else:
-        for old in run.checkpoints():
-            old.unlink()
-    budget = 60.0 * config.minutes
-    if budget and spent >= budget:
-        print(f"the time budget of {config.minutes:g} min was spent: nothing left to train")
-    elif initial_epoch < config.epochs:
-        stream = EpochStream(train, initial_epoch, config.epochs)
-        model.fit(
-            stream,
-            steps_per_epoch=stream.steps_per_epoch,
-            validation_data=val,
-            epochs=config.epochs,
-            initial_epoch=initial_epoch,
-            shuffle=False,  # the datasets shuffle themselves, with a seed per epoch
-            callbacks=[
-                EpochSeed(config.seed),
-                TrainingClock(stream, budget, spent),
-                EpochCheckpoint(run, keep=config.average_last),
-                keras.callbacks.CSVLogger(str(run.log_path), append=initial_epoch > 0),
-            ],
-            verbose=verbose,
-        )
-    average_into_result(run, model, config.average_last)
+    with run.lock():  # no second process trains here meanwhile
+        initial_epoch, spent = 0, 0.0
+        if resume:
+            restored = restore_newest_intact(run, training_state(model))
+            if restored is not None:
+                initial_epoch = run.epoch_of(restored)
+                spent = checkpoints.read_meta(restored).get("train_seconds", 0.0)
+        else:
+            for old in run.checkpoints():
+                old.unlink()
+        budget = 60.0 * config.minutes
+        if budget and spent >= budget:
+            print(f"the time budget of {config.minutes:g} min was spent: nothing left to train")
+        elif initial_epoch < config.epochs:
+            stream = EpochStream(train, initial_epoch, config.epochs)
+            model.fit(
+                stream,
+                steps_per_epoch=stream.steps_per_epoch,
+                validation_data=val,
+                epochs=config.epochs,
+                initial_epoch=initial_epoch,
+                shuffle=False,  # the datasets shuffle themselves, with a seed per epoch
+                callbacks=[
+                    StopOnNonFiniteLoss(run),
+                    EpochSeed(config.seed),
+                    TrainingClock(stream, budget, spent),
+                    EpochCheckpoint(run, keep=config.average_last),
+                    keras.callbacks.CSVLogger(str(run.log_path), append=initial_epoch > 0),
+                ],
+                verbose=verbose,
+            )
+        average_into_result(run, model, config.average_last)
 
 
 def restore_newest_intact(run: RunDirectory, state: list) -> Path | None:
