@@ -159,24 +159,31 @@ def _input_texts(args) -> list[str]:
 
 
 def translate_command(args) -> None:
+    from mintransformer import streaming
     from mintransformer.translation import Translator
 
-    texts = _input_texts(args)
+    lines, total = streaming.open_input(args.text, args.input)
     translator = Translator.from_run(args.run)
-    progress = args.verbose > 0 and len(texts) > 64
-    for line in translator.translate(
-        texts, beam_size=args.beam, alpha=args.alpha, progress=progress
-    ):
-        print(line)
+    translations = translator.translate_lines(
+        lines,
+        total=total,
+        progress=args.verbose > 0 and not args.text,
+        beam_size=args.beam,
+        alpha=args.alpha,
+    )
+    streaming.write_lines(translations, args.output)
 
 
 def classify_command(args) -> None:
+    from mintransformer import streaming
     from mintransformer.classification import Classifier
 
-    texts = _input_texts(args)
-    progress = args.verbose > 0 and len(texts) > 256
-    for prediction in Classifier.from_run(args.run).classify(texts, progress=progress):
-        print(f"{prediction.label}\t{prediction.probability:.4f}")
+    lines, total = streaming.open_input(args.text, args.input)
+    classifier = Classifier.from_run(args.run)
+    predictions = classifier.classify_lines(
+        lines, total=total, progress=args.verbose > 0 and not args.text
+    )
+    streaming.write_lines(predictions, args.output)
 
 
 def generate_command(args) -> None:
@@ -302,6 +309,12 @@ def _add_input_flags(parser, what: str) -> None:
     parser.add_argument("--input", type=Path, help=f"file with one of the {what} per line")
 
 
+def _add_output_flag(parser) -> None:
+    parser.add_argument(
+        "--output", type=Path, help="write the results here (default: standard output)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--backend", choices=BACKENDS, help="Keras backend (default: Keras')")
@@ -374,11 +387,13 @@ def build_parser() -> argparse.ArgumentParser:
     translate = add(commands, "translate", "translate text with a trained run", translate_command)
     translate.add_argument("--run", type=Path, required=True)
     _add_input_flags(translate, "sentences")
+    _add_output_flag(translate)
     _add_decoding_flags(translate)
 
     classify = add(commands, "classify", "label text with a trained classifier", classify_command)
     classify.add_argument("--run", type=Path, required=True)
     _add_input_flags(classify, "texts")
+    _add_output_flag(classify)
 
     evaluate = add(
         commands,

@@ -8,7 +8,7 @@ positions is truncated to fit, with a warning naming how many were.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from mintransformer.decoding.greedy import greedy_search
 from mintransformer.decoding.steps import CachedSteps
 from mintransformer.files import atomic_write
 from mintransformer.loading import load_trained
+from mintransformer.streaming import CHUNK_LINES, map_lines
 
 
 @dataclass
@@ -125,6 +126,28 @@ class Translator:
             for i, out in zip(batch, tokens, strict=True):
                 outputs[todo[i]] = self.tokenizer.decode(out)
         return outputs
+
+    def translate_lines(
+        self,
+        lines: Iterable[str],
+        chunk_size: int = CHUNK_LINES,
+        total: int | None = None,
+        progress: bool = False,
+        **options,
+    ) -> Iterator[str]:
+        """Translates `lines` a chunk at a time, yielding each translation in input order.
+
+        Memory stays flat however many lines there are; `total` (the line count, if
+        known) sizes the progress bar; `options` are `translate`'s.
+        """
+        return map_lines(
+            lines,
+            lambda chunk: self.translate(chunk, **options),
+            chunk_size,
+            total,
+            progress,
+            "translating",
+        )
 
     def evaluate(
         self,
