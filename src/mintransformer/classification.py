@@ -20,7 +20,7 @@ from mintransformer.config import ClassificationConfig
 from mintransformer.data.batching import batch_by_length, pad_batch
 from mintransformer.data.labelled import LabelSet, clean_text, encode_texts, read_labelled
 from mintransformer.loading import load_trained
-from mintransformer.streaming import CHUNK_LINES, map_lines
+from mintransformer.streaming import map_lines
 
 
 @dataclass
@@ -87,23 +87,16 @@ class Classifier:
             for b, p in zip(best, probabilities, strict=True)
         ]
 
-    def classify_lines(
-        self,
-        lines: Iterable[str],
-        chunk_size: int = CHUNK_LINES,
-        total: int | None = None,
-        progress: bool = False,
-    ) -> Iterator[str]:
+    def classify_lines(self, lines: Iterable[str], **stream_options) -> Iterator[str]:
         """Classifies `lines` a chunk at a time, yielding "LABEL<TAB>PROBABILITY" per line
-        in input order; memory stays flat. `total` (the line count) sizes the progress bar.
+        in input order; memory stays flat. `stream_options` are those of
+        `streaming.map_lines` (`chunk_size`, `total` for the progress bar, `progress`).
         """
         return map_lines(
             lines,
             lambda chunk: [str(p) for p in self.classify(chunk)],
-            chunk_size,
-            total,
-            progress,
-            "classifying",
+            description="classifying",
+            **stream_options,
         )
 
     def evaluate(self, path: str | Path, progress: bool = False) -> Accuracy:

@@ -188,7 +188,14 @@ class EpochCheckpoint(keras.callbacks.Callback):
             old.unlink()
 
 
-class StopOnNonFiniteLoss(keras.callbacks.Callback):
+class EpochAware(keras.callbacks.Callback):
+    """A callback that knows the epoch it is in (`self.epoch`, 0-based)."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+
+class StopOnNonFiniteLoss(EpochAware):
     """Stops training at the first batch whose loss is NaN or infinite, naming it.
 
     It raises before that epoch's checkpoint is written, so the run's newest
@@ -198,9 +205,6 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
     def __init__(self, run: RunDirectory):
         super().__init__()
         self.run = run
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
         loss = float((logs or {}).get("loss", 0.0))
@@ -219,7 +223,7 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
         )
 
 
-class EpochSeed(keras.callbacks.Callback):
+class EpochSeed(EpochAware):
     """Seeds the global random generators with `seed + epoch` before each epoch's first step.
 
     Some randomness lives outside the model's variables (on PyTorch, unseeded dropout
@@ -233,9 +237,6 @@ class EpochSeed(keras.callbacks.Callback):
     def __init__(self, seed: int):
         super().__init__()
         self.seed = seed
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
         if batch == 0:
