@@ -12,7 +12,7 @@ from mintransformer import checkpoints, cli
 from mintransformer.config import FORMAT_VERSION, config_from_json
 from mintransformer.errors import CorruptFileError
 from mintransformer.loading import build_model
-from mintransformer.run import RunDirectory
+from mintransformer.run import LOCK, RunDirectory
 
 REBUILD = "--resume"  # model.npz is rebuilt from the checkpoints
 RETRAIN = "--overwrite"  # config.json and tokenizer.json cannot be rebuilt
@@ -47,7 +47,9 @@ def translate_error(capsys, run):
 
 
 def snapshot(run):
-    return {p.relative_to(run.path): p.read_bytes() for p in run.path.rglob("*") if p.is_file()}
+    """Every file of the run and its bytes (the lock file, which holds a process id, aside)."""
+    files = [p for p in run.path.rglob("*") if p.is_file() and p.name != LOCK]
+    return {p.relative_to(run.path): p.read_bytes() for p in files}
 
 
 @pytest.mark.parametrize("damage", [damage_truncate, damage_empty, damage_foreign])
@@ -62,6 +64,23 @@ def test_a_damaged_run_file_is_a_one_line_error_naming_it_and_the_remedy(
     before = snapshot(copied_run)
     err = translate_error(capsys, copied_run)
     assert f"{name} is corrupt" in err and remedy in err
+    assert snapshot(copied_run) == before
+
+
+@pytest.mark.parametrize(
+    ("name", "command"),
+    [
+        ("config.json", ["evaluate", "--split", "test"]),
+        ("tokenizer.json", ["train", "translation", "--resume", "--report", "0"]),
+    ],
+)
+def test_other_commands_give_the_remedy_too(capsys, copied_run, name, command):
+    damage_truncate(copied_run.path / name)
+    before = snapshot(copied_run)
+    code = cli.main([*command, "--run", str(copied_run.path), "--verbose", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"{name} is corrupt" in err and RETRAIN in err
     assert snapshot(copied_run) == before
 
 

@@ -107,7 +107,7 @@ def load_trained(path: str | Path, expected: type[RunConfig] | None = None):
     run = RunDirectory.open(path)
     with run.explain_damage():
         config = run.config(expected)
-        tokenizer = Tokenizer.load(run.tokenizer_path)
+        tokenizer = run.tokenizer()
         try:
             model = build_model(config, tokenizer.vocab_size)
         except ValueError as err:  # a setting the model refuses

@@ -31,6 +31,7 @@ from mintransformer.config import (  # noqa: F401  (the configs were defined her
 from mintransformer.errors import CorruptFileError
 from mintransformer.files import atomic_write
 from mintransformer.locking import exclusive_lock
+from mintransformer.tokenizer import Tokenizer
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
@@ -126,15 +127,26 @@ class RunDirectory:
         """The run's config; with `expected`, a ValueError if the run is of another kind.
 
         Raises:
-            CorruptFileError: if config.json is empty, not UTF-8 or not JSON.
+            CorruptFileError: if config.json is empty, not UTF-8 or not JSON, saying what
+                to do.
         """
-        try:
-            text = self.config_path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise CorruptFileError(self.config_path, f"is corrupt: not UTF-8 ({err})") from None
-        if expected is None:
-            return config_from_json(text, str(self.config_path))
-        return expected.from_json(text, str(self.config_path))
+        with self.explain_damage():
+            try:
+                text = self.config_path.read_bytes().decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise CorruptFileError(self.config_path, f"is corrupt: not UTF-8 ({err})") from None
+            if expected is None:
+                return config_from_json(text, str(self.config_path))
+            return expected.from_json(text, str(self.config_path))
+
+    def tokenizer(self) -> Tokenizer:
+        """The run's tokenizer.
+
+        Raises:
+            CorruptFileError: if tokenizer.json is damaged, saying what to do.
+        """
+        with self.explain_damage():
+            return Tokenizer.load(self.tokenizer_path)
 
     def checkpoint_path(self, epoch: int) -> Path:
         return self.checkpoint_dir / f"epoch-{epoch:04d}.npz"
@@ -156,7 +168,7 @@ class RunDirectory:
                 f"--run {self.path} --resume`"
             )
         if damaged.parent == self.checkpoint_dir:
-            return "delete it, then --resume continues from the checkpoint before it"
+            return "delete it (or restore it from a copy), then run again with --resume"
         return "restore it from a copy of the run, or train the run again with --overwrite"
 
     @contextlib.contextmanager

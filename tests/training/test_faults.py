@@ -9,7 +9,7 @@ import pytest
 
 from mintransformer import checkpoints, cli, files
 from mintransformer.data.corpora import load_corpus, numbers_spec
-from mintransformer.errors import NonFiniteLossError
+from mintransformer.errors import CorruptFileError, NonFiniteLossError
 from mintransformer.run import RunDirectory
 from mintransformer.training import loop
 from mintransformer.training.translation import train_translation
@@ -125,3 +125,17 @@ def test_training_stops_at_the_first_nan_loss_and_keeps_the_last_good_checkpoint
     arrays, _ = checkpoints.read_arrays(run.checkpoint_path(1))
     assert all(np.isfinite(a).all() for a in arrays if a.dtype.kind == "f")
     assert not run.weights_path.exists()
+
+
+def test_a_corrupt_older_checkpoint_stops_the_averaging_with_a_remedy_that_works(tmp_path, corpus):
+    run = start(tmp_path / "run", epochs=2, average_last=2)
+    train_translation(run, corpus, verbose=0)
+    run.weights_path.unlink()
+    run.checkpoint_path(1).write_bytes(b"")
+    remedy = r"epoch-0001\.npz is corrupt: empty .*; delete it .*then run again with --resume"
+    with pytest.raises(CorruptFileError, match=remedy):
+        train_translation(run, corpus, resume=True, verbose=0)
+    assert not run.weights_path.exists()
+    run.checkpoint_path(1).unlink()
+    train_translation(run, corpus, resume=True, verbose=0)
+    assert run.weights_path.is_file()

@@ -77,7 +77,7 @@ def prepare_tokenizer(
 ) -> Tokenizer:
     """The run's tokenizer: loaded when resuming, else trained on `texts` and saved."""
     if resume and run.tokenizer_path.is_file():
-        return Tokenizer.load(run.tokenizer_path)
+        return run.tokenizer()
     tokenizer = Tokenizer.train(texts, **options)
     tokenizer.save(run.tokenizer_path)
     return tokenizer
@@ -264,7 +264,7 @@ def fit(
         resume: continue from the newest checkpoint instead of starting afresh.
         verbose: `model.fit` verbosity (0 silent, 1 progress bar).
     """
-    with run.lock():  # no second process trains here meanwhile
+    with run.lock(), run.explain_damage():  # no second process trains here meanwhile
         initial_epoch, spent = 0, 0.0
         if resume:
             restored = restore_newest_intact(run, training_state(model))
