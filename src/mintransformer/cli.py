@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 BACKENDS = ("tensorflow", "jax", "torch")
@@ -441,9 +442,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as one line, `warning: ...`, like the errors (no source location)."""
+    return f"warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     from mintransformer.errors import USER_ERRORS
 
+    warnings.formatwarning = _format_warning
     args = build_parser().parse_args(argv)
     try:
         select_backend(args.backend, args.verbose)
