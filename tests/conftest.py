@@ -84,6 +84,25 @@ def trained_run(tmp_path_factory):
     )[1]
 
 
+@pytest.fixture(scope="session")
+def untrained_classifier_run(tmp_path_factory):
+    """A two-class classifier with its initial weights, saved as a run."""
+    from mintransformer import checkpoints
+    from mintransformer.config import ClassificationConfig
+    from mintransformer.loading import build_model
+    from mintransformer.run import RunDirectory
+    from mintransformer.tokenizer import Tokenizer
+
+    config = ClassificationConfig(
+        labels=["neg", "pos"], num_layers=1, d_model=16, num_heads=2, dff=32, max_length=16
+    )
+    run = RunDirectory.create(tmp_path_factory.mktemp("runs") / "classifier", config)
+    tokenizer = Tokenizer.train(["a good film", "a bad film", "not good at all"] * 5, 60)
+    tokenizer.save(run.tokenizer_path)
+    checkpoints.save_variables(run.weights_path, build_model(config, tokenizer.vocab_size).weights)
+    return run
+
+
 def randomize_weights(model, seed: int = 0, block_scale: float = 1.0, embedding_scale: float = 0.3):
     """Draws every weight matrix of `model` from N(0, scale) and returns the model.
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks import decoding, train_step, translation_throughput
+from benchmarks import decoding, kill_resume, train_step, translation_throughput
 
 ONE_STEP = ["--tiny", "--steps", "1", "--warmup", "0", "--only", "ours"]
 
@@ -61,3 +61,14 @@ def test_translation_throughput_measures_ours_on_real_batches(tmp_path, shared_d
     # 300 sentence pairs, each with an end token on both sides.
     assert run["real_tokens_per_epoch"] > 300 * 2 * 2
     assert report["median_tokens_per_s"]["ours"] == run["tokens_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_kill_resume_ends_on_the_uninterrupted_weights_bit_for_bit(tmp_path):
+    path = tmp_path / "kill_resume.json"
+    kill_resume.main(["--kills", "2", "--epochs", "4", "--seed", "3", "--json", str(path)])
+
+    report = json.loads(path.read_text())
+    assert len(report["kills"]) == 2 and report["reference_seconds"] > 0
+    assert report["comparison"]["tensors"] > 0
+    assert report["comparison"]["bit_for_bit"], report["comparison"]

@@ -130,6 +130,13 @@ def test_python_dash_m_runs_the_command_line_on_the_chosen_backend(trained_run):
     assert code == 2 and "invalid choice: 'theano'" in err
 
 
+def test_warnings_are_one_line_like_the_errors(trained_run):
+    code, out, err = run_module("translate", "--run", trained_run.path, "five", "nine " * 200)
+    assert code == 0 and len(out.splitlines()) == 2
+    assert err.startswith("warning: 1 input sentence(s) longer than the model's")
+    assert err.count("\n") == 1, err
+
+
 def translate_in_process(run, *texts) -> str:
     from mintransformer.translation import Translator
 

@@ -9,12 +9,14 @@ plus each variable's path for error messages. Writes are atomic
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import zipfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 from keras import ops
 
+from mintransformer.errors import CorruptFileError
 from mintransformer.files import atomic_write
 
 _PATHS_KEY = "__paths__"
@@ -33,26 +35,43 @@ def save_variables(path: str | Path, variables: Sequence, meta: dict | None = No
     atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
-def read_meta(path: str | Path) -> dict:
-    """The `meta` dict a checkpoint was saved with (empty if none)."""
-    with np.load(path) as data:
-        return json.loads(str(data[_META_KEY])) if _META_KEY in data.files else {}
-
-
-def read_arrays(path: str | Path) -> tuple[list[np.ndarray], list[str]]:
-    """The arrays and variable paths stored in a checkpoint."""
+def _read(path: str | Path, read: Callable):
+    """`read(npz_file)` on the checkpoint at `path`; a clear error if it is not one."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
+    if path.stat().st_size == 0:
+        raise CorruptFileError(path, "is corrupt: empty (0 bytes)")
     try:
         with np.load(path) as data:
-            paths = json.loads(str(data[_PATHS_KEY]))
-            arrays = [data[f"v{i:05d}"] for i in range(len(paths))]
-    except (OSError, ValueError, KeyError) as err:
-        raise ValueError(
-            f"checkpoint {path} is corrupt or not a mintransformer file: {err}"
+            return read(data)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        raise CorruptFileError(
+            path, f"is corrupt: truncated or not a mintransformer checkpoint ({err})"
         ) from None
-    return arrays, paths
+
+
+def read_meta(path: str | Path) -> dict:
+    """The `meta` dict a checkpoint was saved with (empty if none)."""
+    return _read(
+        path,
+        lambda data: json.loads(str(data[_META_KEY])) if _META_KEY in data.files else {},
+    )
+
+
+def read_arrays(path: str | Path) -> tuple[list[np.ndarray], list[str]]:
+    """The arrays and variable paths stored in a checkpoint.
+
+    Raises:
+        FileNotFoundError: if there is no such file.
+        CorruptFileError: if the file is empty, truncated or not a checkpoint.
+    """
+
+    def arrays_and_paths(data):
+        paths = json.loads(str(data[_PATHS_KEY]))
+        return [data[f"v{i:05d}"] for i in range(len(paths))], paths
+
+    return _read(path, arrays_and_paths)
 
 
 def load_variables(path: str | Path, variables: Sequence) -> None:
@@ -65,13 +84,16 @@ def load_variables(path: str | Path, variables: Sequence) -> None:
     if len(arrays) != len(variables):
         raise ValueError(
             f"checkpoint {path} holds {len(arrays)} tensors but the model has "
-            f"{len(variables)}: it was written for another configuration."
+            f"{len(variables)}: it was written for another configuration (keep each "
+            "checkpoint with the config.json of the run that wrote it)."
         )
     for variable, array, saved_path in zip(variables, arrays, paths, strict=True):
         if tuple(variable.shape) != array.shape:
             raise ValueError(
                 f"checkpoint {path}: tensor '{saved_path}' has shape {array.shape} but the "
-                f"model's '{variable.path}' has shape {tuple(variable.shape)}."
+                f"model's '{variable.path}' has shape {tuple(variable.shape)}: it was written "
+                "for a model of another size (keep each checkpoint with the config.json "
+                "and tokenizer.json of the run that wrote it)."
             )
     for variable, array in zip(variables, arrays, strict=True):
         variable.assign(array)

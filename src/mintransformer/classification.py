@@ -7,7 +7,7 @@ as in training; an empty text is classified from its `<s>` token alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,12 +20,16 @@ from mintransformer.config import ClassificationConfig
 from mintransformer.data.batching import batch_by_length, pad_batch
 from mintransformer.data.labelled import LabelSet, clean_text, encode_texts, read_labelled
 from mintransformer.loading import load_trained
+from mintransformer.streaming import map_lines
 
 
 @dataclass
 class Prediction:
     label: str
     probability: float
+
+    def __str__(self) -> str:
+        return f"{self.label}\t{self.probability:.4f}"
 
 
 @dataclass
@@ -82,6 +86,18 @@ class Classifier:
             Prediction(self.labels.names[b], float(p[b]))
             for b, p in zip(best, probabilities, strict=True)
         ]
+
+    def classify_lines(self, lines: Iterable[str], **stream_options) -> Iterator[str]:
+        """Classifies `lines` a chunk at a time, yielding "LABEL<TAB>PROBABILITY" per line
+        in input order; memory stays flat. `stream_options` are those of
+        `streaming.map_lines` (`chunk_size`, `total` for the progress bar, `progress`).
+        """
+        return map_lines(
+            lines,
+            lambda chunk: [str(p) for p in self.classify(chunk)],
+            description="classifying",
+            **stream_options,
+        )
 
     def evaluate(self, path: str | Path, progress: bool = False) -> Accuracy:
         """Accuracy on a labelled file or folder (any format `read_labelled` reads)."""

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 BACKENDS = ("tensorflow", "jax", "torch")
@@ -153,24 +154,31 @@ def _input_texts(args) -> list[str]:
 
 
 def translate_command(args) -> None:
+    from mintransformer import streaming
     from mintransformer.translation import Translator
 
-    texts = _input_texts(args)
+    lines, total = streaming.open_input(args.text, args.input)
     translator = Translator.from_run(args.run)
-    progress = args.verbose > 0 and len(texts) > 64
-    for line in translator.translate(
-        texts, beam_size=args.beam, alpha=args.alpha, progress=progress
-    ):
-        print(line)
+    translations = translator.translate_lines(
+        lines,
+        total=total,
+        progress=args.verbose > 0 and not args.text,
+        beam_size=args.beam,
+        alpha=args.alpha,
+    )
+    streaming.write_lines(translations, args.output)
 
 
 def classify_command(args) -> None:
+    from mintransformer import streaming
     from mintransformer.classification import Classifier
 
-    texts = _input_texts(args)
-    progress = args.verbose > 0 and len(texts) > 256
-    for prediction in Classifier.from_run(args.run).classify(texts, progress=progress):
-        print(f"{prediction.label}\t{prediction.probability:.4f}")
+    lines, total = streaming.open_input(args.text, args.input)
+    classifier = Classifier.from_run(args.run)
+    predictions = classifier.classify_lines(
+        lines, total=total, progress=args.verbose > 0 and not args.text
+    )
+    streaming.write_lines(predictions, args.output)
 
 
 def generate_command(args) -> None:
@@ -247,13 +255,15 @@ def embed_command(args) -> None:
 
     import numpy as np
 
+    from mintransformer.files import atomic_write
     from mintransformer.pretrained.minilm import sentence_embeddings
 
     texts = _input_texts(args)
     vectors = sentence_embeddings(texts, batch_size=args.batch_size)
     if args.output:
-        np.save(args.output, vectors)
-        print(f"wrote {len(texts)} embeddings of size {vectors.shape[1]} to {args.output}")
+        output = Path(str(args.output).removesuffix(".npy") + ".npy")  # as np.save names it
+        atomic_write(output, lambda f: np.save(f, vectors))
+        print(f"wrote {len(texts)} embeddings of size {vectors.shape[1]} to {output}")
     else:
         for vector in vectors:
             print(json.dumps([round(float(v), 6) for v in vector]))
@@ -336,6 +346,12 @@ def _add_input_flags(parser, what: str) -> None:
     parser.add_argument("--input", type=Path, help=f"file with one of the {what} per line")
 
 
+def _add_output_flag(parser) -> None:
+    parser.add_argument(
+        "--output", type=Path, help="write the results here (default: standard output)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--backend", choices=BACKENDS, help="Keras backend (default: Keras')")
@@ -411,11 +427,13 @@ def build_parser() -> argparse.ArgumentParser:
     translate = add(commands, "translate", "translate text with a trained run", translate_command)
     translate.add_argument("--run", type=Path, required=True)
     _add_input_flags(translate, "sentences")
+    _add_output_flag(translate)
     _add_decoding_flags(translate)
 
     classify = add(commands, "classify", "label text with a trained classifier", classify_command)
     classify.add_argument("--run", type=Path, required=True)
     _add_input_flags(classify, "texts")
+    _add_output_flag(classify)
 
     evaluate = add(
         commands,
@@ -463,13 +481,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as one line, `warning: ...`, like the errors (no source location)."""
+    return f"warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    from mintransformer.errors import USER_ERRORS
+
+    warnings.formatwarning = _format_warning
     args = build_parser().parse_args(argv)
     try:
         request_host_devices(args)
         select_backend(args.backend, args.verbose)
         args.run_command(args)
-    except (FileNotFoundError, FileExistsError, ValueError, ModuleNotFoundError) as err:
+    except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

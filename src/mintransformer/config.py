@@ -20,11 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from mintransformer import checks
+from mintransformer.errors import CorruptFileError
 
 SCHEDULES = ("noam", "linear")
 EMBEDDING_INITS = ("uniform", "normal")
 TRUNCATIONS = ("head", "tail", "head_tail")
 POOLINGS = ("mean", "cls")
+# The layout of a saved config. A config file without "format_version" was written
+# before versions were recorded, in the layout of version 1.
+FORMAT_VERSION = 1
 
 
 def setting(default: Any, help: str | None = None, choices: tuple | None = None) -> Any:
@@ -44,7 +48,7 @@ class _Config:
     before_setting_existed: ClassVar[dict[str, Any]] = {}
 
     def to_json(self) -> str:
-        values = {"task": self.task, **dataclasses.asdict(self)}
+        values = {"task": self.task, "format_version": FORMAT_VERSION, **dataclasses.asdict(self)}
         return json.dumps(values, indent=2, sort_keys=True)
 
     @classmethod
@@ -56,17 +60,32 @@ class _Config:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"{source} has unknown settings: {', '.join(unknown)}")
-        return cls(**{**cls.before_setting_existed, **values})
+            raise ValueError(
+                f"{source} has unknown settings: {', '.join(unknown)} (remove them, or "
+                "upgrade mintransformer if a newer version wrote this run)"
+            )
+        try:
+            return cls(**{**cls.before_setting_existed, **values})
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
 
 
 def _parse(text: str, source: str) -> dict:
+    """The settings in a config's JSON text, without its "format_version"."""
+    if not text.strip():
+        raise CorruptFileError(source, "is corrupt: empty")
     try:
         values = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{source} is not valid JSON: {err}") from None
+        raise CorruptFileError(source, f"is corrupt: not valid JSON ({err})") from None
     if not isinstance(values, dict):
-        raise ValueError(f"{source} must hold a JSON object of settings.")
+        raise CorruptFileError(source, "is corrupt: it must hold a JSON object of settings")
+    version = values.pop("format_version", FORMAT_VERSION)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ValueError(
+            f"{source} has format version {version!r}, newer than this mintransformer "
+            f"reads ({FORMAT_VERSION}): upgrade mintransformer to use this run."
+        )
     return values
 
 

@@ -2,7 +2,9 @@
 
 A write goes to a temporary file in the same folder, is flushed to disk, and is
 moved into place with `os.replace`: after a crash (even SIGKILL) the path holds
-either the old file or the new one.
+either the old file or the new one. A write that fails (disk full, read-only
+folder) leaves the old file, removes the temporary one, and raises
+`FileWriteError` naming the file.
 """
 
 from __future__ import annotations
@@ -11,19 +13,31 @@ import os
 import tempfile
 from pathlib import Path
 
+from mintransformer.errors import FileWriteError
+
 
 def atomic_write(path: str | Path, write) -> None:
-    """Calls `write(file_object)` on a temporary file, then renames it to `path`."""
+    """Calls `write(file_object)` on a temporary file, then renames it to `path`.
+
+    Raises:
+        FileWriteError: if the folder or the file cannot be written; `path` is unchanged.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    temporary = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+        )
         with os.fdopen(handle, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(temporary, 0o644)  # mkstemp creates owner-only files
         os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+    except BaseException as err:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+        if isinstance(err, OSError) and not isinstance(err, FileWriteError):
+            raise FileWriteError(path, err) from err
         raise

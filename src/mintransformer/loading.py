@@ -105,8 +105,12 @@ def load_trained(path: str | Path, expected: type[RunConfig] | None = None):
         `(model, tokenizer, config)`.
     """
     run = RunDirectory.open(path)
-    config = run.config(expected)
-    tokenizer = Tokenizer.load(run.tokenizer_path)
-    model = build_model(config, tokenizer.vocab_size)
-    checkpoints.load_variables(run.weights_path, model.weights)
+    with run.explain_damage():
+        config = run.config(expected)
+        tokenizer = run.tokenizer()
+        try:
+            model = build_model(config, tokenizer.vocab_size)
+        except ValueError as err:  # a setting the model refuses
+            raise ValueError(f"{run.config_path}: {err}") from None
+        checkpoints.load_variables(run.weights_path, model.weights)
     return model, tokenizer, config

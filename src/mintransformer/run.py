@@ -7,6 +7,7 @@
       checkpoints/         epoch-NNNN.npz: model + optimizer + dropout-seed state
       model.npz            the final weights (average of the last checkpoints)
       log.csv              per-epoch metrics
+      .lock                held by the process training in the run (`locking`)
 
 Every file is written atomically (temporary file + rename), so an interrupted
 run never leaves a half-written file; `--resume` continues from the newest
@@ -15,6 +16,8 @@ checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from mintransformer.config import (  # noqa: F401  (the configs were defined here before)
@@ -25,13 +28,23 @@ from mintransformer.config import (  # noqa: F401  (the configs were defined her
     TranslationConfig,
     config_from_json,
 )
+from mintransformer.errors import CorruptFileError
 from mintransformer.files import atomic_write
+from mintransformer.locking import exclusive_lock
+from mintransformer.tokenizer import Tokenizer
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
 WEIGHTS = "model.npz"
 LOG = "log.csv"
 CHECKPOINTS = "checkpoints"
+LOCK = ".lock"
+# The `mintransformer train` subcommand of each kind of run.
+TRAIN_COMMANDS = {
+    "translation": "translation",
+    "classification": "classification",
+    "language_model": "lm",
+}
 
 
 class RunDirectory:
@@ -90,15 +103,50 @@ class RunDirectory:
             raise FileNotFoundError(f"nothing to resume: {run.config_path} does not exist")
         return run
 
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Within the block no other process can train here (RunInUseError if one does).
+
+        A folder created for the lock alone is removed again, so a run that fails
+        before writing anything (bad data) leaves nothing behind.
+        """
+        created = not self.path.exists()
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            with exclusive_lock(self.path / LOCK, f"run directory {self.path}"):
+                yield
+        finally:
+            if created and [p.name for p in self.path.iterdir()] == [LOCK]:
+                (self.path / LOCK).unlink()
+                self.path.rmdir()
+
     def save_config(self, config: RunConfig) -> None:
         atomic_write(self.config_path, lambda f: f.write(config.to_json().encode()))
 
     def config(self, expected: type[RunConfig] | None = None) -> RunConfig:
-        """The run's config; with `expected`, a ValueError if the run is of another kind."""
-        text = self.config_path.read_text()
-        if expected is None:
-            return config_from_json(text, str(self.config_path))
-        return expected.from_json(text, str(self.config_path))
+        """The run's config; with `expected`, a ValueError if the run is of another kind.
+
+        Raises:
+            CorruptFileError: if config.json is empty, not UTF-8 or not JSON, saying what
+                to do.
+        """
+        with self.explain_damage():
+            try:
+                text = self.config_path.read_bytes().decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise CorruptFileError(self.config_path, f"is corrupt: not UTF-8 ({err})") from None
+            if expected is None:
+                return config_from_json(text, str(self.config_path))
+            return expected.from_json(text, str(self.config_path))
+
+    def tokenizer(self) -> Tokenizer:
+        """The run's tokenizer.
+
+        Raises:
+            CorruptFileError: if tokenizer.json is damaged, saying what to do.
+        """
+        with self.explain_damage():
+            return Tokenizer.load(self.tokenizer_path)
 
     def checkpoint_path(self, epoch: int) -> Path:
         return self.checkpoint_dir / f"epoch-{epoch:04d}.npz"
@@ -110,3 +158,25 @@ class RunDirectory:
     @staticmethod
     def epoch_of(checkpoint: Path) -> int:
         return int(checkpoint.stem.split("-")[1])
+
+    def repair_hint(self, damaged: Path) -> str:
+        """What to do about a damaged file of this run."""
+        if damaged == self.weights_path and self.checkpoints():
+            command = TRAIN_COMMANDS[self.config().task]
+            return (
+                f"rebuild it from the run's checkpoints with `mintransformer train {command} "
+                f"--run {self.path} --resume`"
+            )
+        if damaged.parent == self.checkpoint_dir:
+            return "delete it (or restore it from a copy), then run again with --resume"
+        return "restore it from a copy of the run, or train the run again with --overwrite"
+
+    @contextlib.contextmanager
+    def explain_damage(self) -> Iterator[None]:
+        """Within the block, a `CorruptFileError` also says what to do (`repair_hint`)."""
+        try:
+            yield
+        except CorruptFileError as err:
+            if err.remedy:
+                raise
+            raise err.with_remedy(self.repair_hint(err.path)) from None

@@ -6,13 +6,27 @@ Words are marked sentencepiece-style with a leading "▁", so subword strings st
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
+from mintransformer.errors import CorruptFileError
 from mintransformer.files import atomic_write
+
+# Surrogate code points: a Python string may hold them (from "surrogateescape"
+# decoding, or JSON's "\\ud800"), UTF-8 and so the tokenizers library cannot.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def encodable(text: str) -> str:
+    """`text` with its surrogate code points made real characters: a high and low
+    surrogate in a row become the character they encode, a lone one U+FFFD."""
+    if _SURROGATES.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 class Tokenizer:
@@ -97,7 +111,7 @@ class Tokenizer:
             for text in texts:
                 if text.strip():
                     num_texts += 1
-                yield text
+                yield encodable(text)
 
         hf.train_from_iterator(counted(), trainer)
         if num_texts == 0:
@@ -130,7 +144,7 @@ class Tokenizer:
 
         Raises:
             FileNotFoundError: If `path` does not exist.
-            ValueError: If `path` is not a valid tokenizer file.
+            CorruptFileError: If `path` is empty, truncated or not a tokenizer file.
         """
         path = Path(path)
         if not path.is_file():
@@ -138,7 +152,9 @@ class Tokenizer:
         try:
             return cls(HFTokenizer.from_str(path.read_text(encoding="utf-8")))
         except Exception as err:  # tokenizers raises a bare Exception on parse errors
-            raise ValueError(f"invalid tokenizer file {path}: {err}") from err
+            raise CorruptFileError(
+                path, f"is corrupt: empty, truncated or not a tokenizer file ({err})"
+            ) from None
 
     @property
     def vocab_size(self) -> int:
@@ -147,11 +163,11 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, without special tokens."""
-        return self._hf.encode(text, add_special_tokens=False).ids
+        return self._hf.encode(encodable(text), add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens."""
-        encodings = self._hf.encode_batch(list(texts), add_special_tokens=False)
+        encodings = self._hf.encode_batch(list(map(encodable, texts)), add_special_tokens=False)
         return [encoding.ids for encoding in encodings]
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -188,4 +204,4 @@ class Tokenizer:
 
     def tokens(self, text: str) -> list[str]:
         """Readable subword strings of `text` ("▁" marks the start of a word)."""
-        return self._hf.encode(text, add_special_tokens=False).tokens
+        return self._hf.encode(encodable(text), add_special_tokens=False).tokens

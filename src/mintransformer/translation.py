@@ -8,7 +8,7 @@ positions is truncated to fit, with a warning naming how many were.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,9 @@ from mintransformer.data.text import normalize_text, read_lines
 from mintransformer.decoding.beam import beam_search
 from mintransformer.decoding.greedy import greedy_search
 from mintransformer.decoding.steps import CachedSteps
+from mintransformer.files import atomic_write
 from mintransformer.loading import load_trained
+from mintransformer.streaming import CHUNK_LINES, map_lines
 
 
 @dataclass
@@ -125,6 +127,28 @@ class Translator:
                 outputs[todo[i]] = self.tokenizer.decode(out)
         return outputs
 
+    def translate_lines(
+        self,
+        lines: Iterable[str],
+        chunk_size: int = CHUNK_LINES,
+        total: int | None = None,
+        progress: bool = False,
+        **options,
+    ) -> Iterator[str]:
+        """Translates `lines` a chunk at a time, yielding each translation in input order.
+
+        Memory stays flat however many lines there are; `total` (the line count, if
+        known) sizes the progress bar; `options` are `translate`'s.
+        """
+        return map_lines(
+            lines,
+            lambda chunk: self.translate(chunk, **options),
+            chunk_size,
+            total,
+            progress,
+            "translating",
+        )
+
     def evaluate(
         self,
         source_file: str | Path,
@@ -193,4 +217,4 @@ class Translator:
 
 def _write_lines(path: str | Path | None, lines: Sequence[str]) -> None:
     if path is not None:
-        Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        atomic_write(path, lambda f: f.write("".join(line + "\n" for line in lines).encode()))

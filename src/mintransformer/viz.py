@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
+from mintransformer.files import atomic_write  # noqa: E402
 from mintransformer.layers.positional import sinusoidal_table  # noqa: E402, F401
 
 KINDS = {
@@ -188,7 +189,6 @@ def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
     path = Path(path)
     if path.suffix.lower() not in (".png", ".svg"):
         raise ValueError(f"output must end in .png or .svg, got {path.name!r}.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+    atomic_write(path, lambda f: fig.savefig(f, dpi=dpi, format=path.suffix[1:].lower()))
     plt.close(fig)
     return path

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 _NO_BREAK_SPACES = str.maketrans({"\u00a0": " ", "\u202f": " ", "\u2007": " "})
 
@@ -23,27 +25,68 @@ def read_lines(path: str | Path) -> list[str]:
         FileNotFoundError: If there is no such file.
         ValueError: If ``path`` is not a file, is not valid gzip, or a line is not valid UTF-8.
     """
+    return list(iter_lines(path))
+
+
+def iter_lines(source: str | Path | BinaryIO, name: str | None = None) -> Iterator[str]:
+    """The lines of a UTF-8 text file one at a time, as `read_lines` returns them.
+
+    Lines are split at ``\\n`` only (not at characters such as U+2028), so a file of
+    N newline-terminated lines gives N lines.
+
+    Args:
+        source: a path (a gzip file if it ends in ``.gz``) or an open binary file.
+        name: what to call `source` in errors (default: its path).
+
+    Raises:
+        FileNotFoundError: If there is no such file (when the lines are first read).
+        ValueError: If ``source`` is not a file, is not valid gzip, or a line is not
+            valid UTF-8, naming the line.
+    """
+    if isinstance(source, str | Path):
+        path = _existing_file(source)
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            yield from iter_lines(f, name or str(path))
+        return
+    name = name or getattr(source, "name", "input")
+    try:
+        for number, raw in enumerate(source, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"{name}: line {number} is not valid UTF-8 ({error.reason})"
+                ) from error
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            yield line.removesuffix("\n").removesuffix("\r")
+    except (gzip.BadGzipFile, EOFError) as error:
+        raise ValueError(f"{name}: not a valid gzip file ({error})") from error
+
+
+def count_lines(path: str | Path) -> int:
+    """The number of lines `iter_lines(path)` gives, counted without decoding them."""
+    path = _existing_file(path)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    count, last = 0, b"\n"
+    try:
+        with opener(path, "rb") as f:
+            while block := f.read(1 << 20):
+                count += block.count(b"\n")
+                last = block[-1:]
+    except (gzip.BadGzipFile, EOFError) as error:
+        raise ValueError(f"{path}: not a valid gzip file ({error})") from error
+    return count + (last != b"\n")
+
+
+def _existing_file(path: str | Path) -> Path:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"No such file: {path}")
     if not path.is_file():
         raise ValueError(f"Not a file: {path}")
-    opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            data = f.read()
-    except (gzip.BadGzipFile, EOFError) as error:
-        raise ValueError(f"{path}: not a valid gzip file ({error})") from error
-    try:
-        text = data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise ValueError(f"{path}: line {line} is not valid UTF-8 ({error.reason})") from error
-    if not text:
-        return []
-    # split("\n"), not splitlines(): the latter also splits at characters such as U+2028.
-    lines = text.removesuffix("\n").split("\n")
-    return [line.removesuffix("\r") for line in lines]
+    return path
 
 
 def normalize_text(text: str) -> str:

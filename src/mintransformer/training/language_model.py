@@ -77,14 +77,15 @@ def train(
 
     `data_parallel` trains on several devices (JAX; `training.data_parallel`).
     """
-    run, config, lines = loop.open_run(
-        path,
-        config,
-        LanguageModelConfig,
-        resume,
-        overwrite,
-        lambda c: read_text(c.text),
-        data_parallel,
-    )
-    print(f"data: {len(lines):,} lines of {config.text}")
-    return train_language_model(run, lines, resume=resume, verbose=verbose)
+    with RunDirectory(path).lock():
+        run, config, lines = loop.open_run(
+            path,
+            config,
+            LanguageModelConfig,
+            resume,
+            overwrite,
+            lambda c: read_text(c.text),
+            data_parallel,
+        )
+        print(f"data: {len(lines):,} lines of {config.text}")
+        return train_language_model(run, lines, resume=resume, verbose=verbose)

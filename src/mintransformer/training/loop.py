@@ -20,7 +20,9 @@ and with a time budget (`config.minutes`) stops when the budget is spent.
 
 from __future__ import annotations
 
+import math
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from mintransformer.backend_adapter import (
     seed_global_generators,
 )
 from mintransformer.config import RunConfig
+from mintransformer.errors import CorruptFileError, NonFiniteLossError
 from mintransformer.loading import build_model
 from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
@@ -95,7 +98,7 @@ def prepare_tokenizer(
 ) -> Tokenizer:
     """The run's tokenizer: loaded when resuming, else trained on `texts` and saved."""
     if resume and run.tokenizer_path.is_file():
-        return Tokenizer.load(run.tokenizer_path)
+        return run.tokenizer()
     tokenizer = Tokenizer.train(texts, **options)
     tokenizer.save(run.tokenizer_path)
     return tokenizer
@@ -209,7 +212,42 @@ class EpochCheckpoint(keras.callbacks.Callback):
             old.unlink()
 
 
-class EpochSeed(keras.callbacks.Callback):
+class EpochAware(keras.callbacks.Callback):
+    """A callback that knows the epoch it is in (`self.epoch`, 0-based)."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+
+class StopOnNonFiniteLoss(EpochAware):
+    """Stops training at the first batch whose loss is NaN or infinite, naming it.
+
+    It raises before that epoch's checkpoint is written, so the run's newest
+    checkpoint is the last good one, and no final weights are written.
+    """
+
+    def __init__(self, run: RunDirectory):
+        super().__init__()
+        self.run = run
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = float((logs or {}).get("loss", 0.0))
+        if math.isfinite(loss):
+            return
+        saved = self.run.checkpoints()
+        kept = (
+            f"the last good checkpoint, {saved[-1]}, is kept"
+            if saved
+            else "no checkpoint had been written"
+        )
+        raise NonFiniteLossError(
+            f"the training loss became {loss} at epoch {self.epoch + 1}, batch {batch + 1}: "
+            f"training stopped and {kept}; train again with a lower --peak-learning-rate "
+            "or more --warmup-steps."
+        )
+
+
+class EpochSeed(EpochAware):
     """Seeds the global random generators with `seed + epoch` before each epoch's first step.
 
     Some randomness lives outside the model's variables (on PyTorch, unseeded dropout
@@ -224,9 +262,6 @@ class EpochSeed(keras.callbacks.Callback):
         super().__init__()
         self.seed = seed
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-
     def on_train_batch_begin(self, batch, logs=None):
         if batch == 0:
             seed_global_generators(self.seed + self.epoch)
@@ -240,7 +275,9 @@ def fit(
     Training stops after `config.epochs` epochs or, with `config.minutes` > 0, at the
     end of the step that spends the time budget (training time only: validation
     and checkpoints are not counted); that last, shorter epoch is checkpointed like
-    the others. A resumed run keeps what is left of its budget.
+    the others. A NaN or infinite loss stops training with an error naming the
+    epoch and batch (`StopOnNonFiniteLoss`). A resumed run keeps what is left of
+    its budget.
 
     Args:
         run: the run directory (checkpoints, log, final weights).
@@ -251,36 +288,69 @@ def fit(
         resume: continue from the newest checkpoint instead of starting afresh.
         verbose: `model.fit` verbosity (0 silent, 1 progress bar).
     """
-    initial_epoch, spent = 0, 0.0
-    saved = run.checkpoints() if resume else []
-    if saved:
-        checkpoints.load_variables(saved[-1], training_state(model))
-        initial_epoch = run.epoch_of(saved[-1])
-        spent = checkpoints.read_meta(saved[-1]).get("train_seconds", 0.0)
-    elif not resume:
-        for old in run.checkpoints():
-            old.unlink()
-    budget = 60.0 * config.minutes
-    if budget and spent >= budget:
-        print(f"the time budget of {config.minutes:g} min was spent: nothing left to train")
-    elif initial_epoch < config.epochs:
-        stream = EpochStream(train, initial_epoch, config.epochs)
-        model.fit(
-            stream,
-            steps_per_epoch=stream.steps_per_epoch,
-            validation_data=val,
-            epochs=config.epochs,
-            initial_epoch=initial_epoch,
-            shuffle=False,  # the datasets shuffle themselves, with a seed per epoch
-            callbacks=[
-                EpochSeed(config.seed),
-                TrainingClock(stream, budget, spent),
-                EpochCheckpoint(run, keep=config.average_last),
-                keras.callbacks.CSVLogger(str(run.log_path), append=initial_epoch > 0),
-            ],
-            verbose=verbose,
+    with run.lock(), run.explain_damage():  # no second process trains here meanwhile
+        initial_epoch, spent = 0, 0.0
+        if resume:
+            restored = restore_newest_intact(run, training_state(model))
+            if restored is not None:
+                initial_epoch = run.epoch_of(restored)
+                spent = checkpoints.read_meta(restored).get("train_seconds", 0.0)
+        else:
+            for old in run.checkpoints():
+                old.unlink()
+        budget = 60.0 * config.minutes
+        if budget and spent >= budget:
+            print(f"the time budget of {config.minutes:g} min was spent: nothing left to train")
+        elif initial_epoch < config.epochs:
+            stream = EpochStream(train, initial_epoch, config.epochs)
+            model.fit(
+                stream,
+                steps_per_epoch=stream.steps_per_epoch,
+                validation_data=val,
+                epochs=config.epochs,
+                initial_epoch=initial_epoch,
+                shuffle=False,  # the datasets shuffle themselves, with a seed per epoch
+                callbacks=[
+                    StopOnNonFiniteLoss(run),
+                    EpochSeed(config.seed),
+                    TrainingClock(stream, budget, spent),
+                    EpochCheckpoint(run, keep=config.average_last),
+                    keras.callbacks.CSVLogger(str(run.log_path), append=initial_epoch > 0),
+                ],
+                verbose=verbose,
+            )
+        average_into_result(run, model, config.average_last)
+
+
+def restore_newest_intact(run: RunDirectory, state: list) -> Path | None:
+    """Loads the newest checkpoint that reads back whole into `state`; returns its path.
+
+    A corrupt checkpoint (empty, truncated) is skipped with a warning naming it, and
+    renamed to `NAME.corrupt` so that neither averaging nor a later resume reads it;
+    training then repeats the epochs after the checkpoint it restored. Returns None
+    (training starts from the first epoch) if no checkpoint is intact.
+    """
+    skipped, restored = [], None
+    for checkpoint in reversed(run.checkpoints()):
+        try:
+            checkpoints.load_variables(checkpoint, state)
+        except CorruptFileError as err:
+            checkpoint.replace(checkpoint.with_name(checkpoint.name + ".corrupt"))
+            skipped.append(f"{checkpoint} ({err.problem}; kept as {checkpoint.name}.corrupt)")
+            continue
+        restored = checkpoint
+        break
+    if skipped:
+        warnings.warn(
+            f"skipped corrupt checkpoint {', '.join(skipped)}: "
+            + (
+                f"resuming from {restored.name}."
+                if restored
+                else "no intact checkpoint, training starts from the first epoch."
+            ),
+            stacklevel=2,
         )
-    average_into_result(run, model, config.average_last)
+    return restored
 
 
 def build_and_fit(

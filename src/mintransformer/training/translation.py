@@ -75,15 +75,16 @@ def train(
     Returns:
         the trained model, its tokenizer and the corpus splits it was trained on.
     """
-    run, config, splits = loop.open_run(
-        path,
-        config,
-        TranslationConfig,
-        resume,
-        overwrite,
-        lambda c: load_corpus(c.data),
-        data_parallel,
-    )
-    print(f"data: {', '.join(f'{k} {len(v):,} pairs' for k, v in splits.items())}")
-    model, tokenizer = train_translation(run, splits, resume=resume, verbose=verbose)
-    return model, tokenizer, splits
+    with RunDirectory(path).lock():
+        run, config, splits = loop.open_run(
+            path,
+            config,
+            TranslationConfig,
+            resume,
+            overwrite,
+            lambda c: load_corpus(c.data),
+            data_parallel,
+        )
+        print(f"data: {', '.join(f'{k} {len(v):,} pairs' for k, v in splits.items())}")
+        model, tokenizer = train_translation(run, splits, resume=resume, verbose=verbose)
+        return model, tokenizer, splits
