@@ -4,10 +4,18 @@ They check that the scripts run and write the JSON they promise, never how fast 
 """
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from benchmarks import decoding, kill_resume, train_step, translation_throughput
+from mintransformer.run import RunDirectory
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ONE_STEP = ["--tiny", "--steps", "1", "--warmup", "0", "--only", "ours"]
 
@@ -72,3 +80,48 @@ def test_kill_resume_ends_on_the_uninterrupted_weights_bit_for_bit(tmp_path):
     assert len(report["kills"]) == 2 and report["reference_seconds"] > 0
     assert report["comparison"]["tensors"] > 0
     assert report["comparison"]["bit_for_bit"], report["comparison"]
+
+
+# Run as `python -c` with the run directory and the checkpoint name as arguments: trains
+# like `kill_resume`, and SIGKILLs itself inside the write of that checkpoint, after its
+# bytes are in the temporary file and before the rename.
+_DIE_WHILE_WRITING = """
+import os, signal, sys
+from benchmarks.kill_resume import train_command
+
+run, name = sys.argv[1], sys.argv[2]
+fsync = os.fsync
+
+def fsync_or_die(fd):
+    if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp") and name in os.readlink(
+        f"/proc/self/fd/{fd}"
+    ):
+        os.kill(os.getpid(), signal.SIGKILL)
+    fsync(fd)
+
+os.fsync = fsync_or_die
+from mintransformer.cli import main
+sys.exit(main(train_command(__import__("pathlib").Path(run), 3)[3:]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to name open files")
+def test_a_kill_inside_a_checkpoint_write_resumes_to_the_same_weights(tmp_path):
+    uninterrupted, killed = tmp_path / "uninterrupted", tmp_path / "killed"
+    kill_resume.train_to_the_end(uninterrupted, 3)
+    env = {**kill_resume.environment(), "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'src'}"}
+    died = subprocess.run(
+        [sys.executable, "-c", _DIE_WHILE_WRITING, str(killed), "epoch-0002.npz"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=600,
+    )
+    assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
+    run = RunDirectory(killed)
+    assert [run.epoch_of(p) for p in run.checkpoints()] == [1]  # epoch 2 never landed
+    assert list(run.checkpoint_dir.glob(".epoch-0002.npz.*.tmp"))  # its half-done write
+    kill_resume.train_to_the_end(killed, 3)
+    comparison = kill_resume.compare_weights(run.weights_path, uninterrupted / "model.npz")
+    assert comparison["bit_for_bit"], comparison
