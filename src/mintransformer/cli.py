@@ -162,7 +162,7 @@ def translate_command(args) -> None:
     from mintransformer.translation import Translator
 
     texts = _input_texts(args)
-    translator = Translator.from_run(args.run)
+    translator = Translator.from_run(args.run, engine=args.engine)
     progress = args.verbose > 0 and len(texts) > 64
     for line in translator.translate(
         texts, beam_size=args.beam, alpha=args.alpha, progress=progress
@@ -175,8 +175,17 @@ def classify_command(args) -> None:
 
     texts = _input_texts(args)
     progress = args.verbose > 0 and len(texts) > 256
-    for prediction in Classifier.from_run(args.run).classify(texts, progress=progress):
+    classifier = Classifier.from_run(args.run, engine=args.engine)
+    for prediction in classifier.classify(texts, progress=progress):
         print(f"{prediction.label}\t{prediction.probability:.4f}")
+
+
+def export_command(args) -> None:
+    from mintransformer.export import export_run
+
+    start = time.perf_counter()
+    folder = export_run(args.run, args.output, int8=args.int8)
+    print(f"exported in {time.perf_counter() - start:.0f} s to {folder}")
 
 
 def generate_command(args) -> None:
@@ -295,6 +304,16 @@ def _add_run_flags(parser, what: str) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run")
 
 
+def _add_engine_flag(parser) -> None:
+    parser.add_argument(
+        "--engine",
+        choices=["keras", "onnx"],
+        default="keras",
+        help="keras: the run's weights; onnx: its export (`mintransformer export`) on "
+        "onnxruntime, without Keras; --run may then name the export folder",
+    )
+
+
 def _add_input_flags(parser, what: str) -> None:
     parser.add_argument("text", nargs="*", help=f"{what} (default: --input or stdin)")
     parser.add_argument("--input", type=Path, help=f"file with one of the {what} per line")
@@ -373,10 +392,22 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--run", type=Path, required=True)
     _add_input_flags(translate, "sentences")
     _add_decoding_flags(translate)
+    _add_engine_flag(translate)
 
     classify = add(commands, "classify", "label text with a trained classifier", classify_command)
     classify.add_argument("--run", type=Path, required=True)
     _add_input_flags(classify, "texts")
+    _add_engine_flag(classify)
+
+    export = add(
+        commands,
+        "export",
+        "export a translation or classification run to ONNX (needs TensorFlow)",
+        export_command,
+    )
+    export.add_argument("--run", type=Path, required=True)
+    export.add_argument("-o", "--output", type=Path, help="export folder (default: RUN/onnx)")
+    export.add_argument("--int8", action="store_true", help="int8 weights (dynamic quantization)")
 
     evaluate = add(
         commands,
@@ -427,7 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        select_backend(args.backend, args.verbose)
+        if getattr(args, "engine", "keras") == "keras":
+            select_backend(args.backend, args.verbose)
         args.run_command(args)
     except (FileNotFoundError, FileExistsError, ValueError, ModuleNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

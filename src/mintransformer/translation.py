@@ -16,13 +16,13 @@ import numpy as np
 import sacrebleu
 from tqdm.auto import tqdm
 
+from mintransformer import checks
 from mintransformer.config import TranslationConfig
-from mintransformer.data.batching import pad_batch
+from mintransformer.data.lengths import pad_batch
 from mintransformer.data.text import normalize_text, read_lines
 from mintransformer.decoding.beam import beam_search
 from mintransformer.decoding.greedy import greedy_search
-from mintransformer.decoding.steps import CachedSteps
-from mintransformer.loading import load_trained
+from mintransformer.export_folder import ENGINES
 
 
 @dataclass
@@ -71,15 +71,38 @@ class Translator:
         max_output_length: int | None = None,
         config: TranslationConfig | None = None,
     ):
+        from mintransformer.decoding.steps import CachedSteps
+
         self.model = model
-        self.tokenizer = tokenizer
-        self.config = config
-        self.max_source_length = model.encoder.max_length - 1  # </s> is appended
-        self.max_output_length = max_output_length or model.decoder.max_length
+        self._set_up(tokenizer, config, model.encoder.max_length, model.decoder.max_length)
+        self.max_output_length = max_output_length or self.max_output_length
         self.steps = CachedSteps(model, self.max_output_length)
 
+    def _set_up(self, tokenizer, config, source_positions: int, target_positions: int) -> None:
+        """What every engine sets: tokenizer, config and the lengths the model reads."""
+        self.tokenizer = tokenizer
+        self.config = config
+        self.max_source_length = source_positions - 1  # </s> is appended
+        self.max_output_length = target_positions
+
     @classmethod
-    def from_run(cls, path: str | Path, max_output_length: int | None = None) -> Translator:
+    def from_run(
+        cls, path: str | Path, max_output_length: int | None = None, engine: str = "keras"
+    ) -> Translator:
+        """The translator of a finished run.
+
+        Args:
+            path: the run directory; with `engine="onnx"`, or its export folder.
+            max_output_length: most target tokens per sentence (default: the model's).
+            engine: "keras" (the run's weights), or "onnx" (its `mintransformer export`
+                on onnxruntime, without Keras: `mintransformer.onnx_engine`).
+        """
+        if checks.one_of(engine, ENGINES, "engine") == "onnx":
+            from mintransformer.onnx_engine import OnnxTranslator
+
+            return OnnxTranslator.from_run(path, max_output_length)
+        from mintransformer.loading import load_trained
+
         model, tokenizer, config = load_trained(path, TranslationConfig)
         return cls(model, tokenizer, max_output_length, config)
 
