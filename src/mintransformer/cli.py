@@ -399,12 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_flags(classify, "texts")
     _add_engine_flag(classify)
 
-    export = add(
-        commands,
-        "export",
-        "export a translation or classification run to ONNX (needs TensorFlow)",
-        export_command,
-    )
+    export = add(commands, "export", "export a run to ONNX (needs TensorFlow)", export_command)
     export.add_argument("--run", type=Path, required=True)
     export.add_argument("-o", "--output", type=Path, help="export folder (default: RUN/onnx)")
     export.add_argument("--int8", action="store_true", help="int8 weights (dynamic quantization)")
