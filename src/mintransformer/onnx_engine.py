@@ -10,6 +10,7 @@ the graphs in place of the Keras model. Usually reached through
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,19 @@ def inference_session(path: str | Path):
         raise ModuleNotFoundError(
             "the ONNX engine needs onnxruntime: pip install mintransformer[export]"
         ) from err
-    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    # onnxruntime sizes its thread pool by the machine's cores, and its threads spin while
+    # they wait: on one core of two (taskset), a demo-model greedy decode at batch 1 took
+    # 11.6 ms with the default pool against 2.6 ms with one thread.
+    options.intra_op_num_threads = usable_cores()
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def usable_cores() -> int:
+    """How many cores this process may run on (its CPU affinity, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class OnnxSteps:
