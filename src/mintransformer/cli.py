@@ -305,9 +305,11 @@ def _add_run_flags(parser, what: str) -> None:
 
 
 def _add_engine_flag(parser) -> None:
+    from mintransformer.export_folder import ENGINES
+
     parser.add_argument(
         "--engine",
-        choices=["keras", "onnx"],
+        choices=ENGINES,
         default="keras",
         help="keras: the run's weights; onnx: its export (`mintransformer export`) on "
         "onnxruntime, without Keras; --run may then name the export folder",
