@@ -17,15 +17,22 @@ pytestmark = pytest.mark.skipif(
 
 from mintransformer import cli, export  # noqa: E402
 from mintransformer.classification import Classifier  # noqa: E402
-from mintransformer.config import ClassificationConfig  # noqa: E402
+from mintransformer.config import ClassificationConfig, make_config  # noqa: E402
 from mintransformer.data.corpora import load_corpus  # noqa: E402
 from mintransformer.data.lengths import pad_batch  # noqa: E402
 from mintransformer.decoding.beam import beam_search  # noqa: E402
 from mintransformer.decoding.greedy import greedy_search  # noqa: E402
-from mintransformer.decoding.steps import CachedSteps  # noqa: E402
+from mintransformer.decoding.steps import CachedLanguageModelSteps, CachedSteps  # noqa: E402
 from mintransformer.export import export_run  # noqa: E402
-from mintransformer.onnx_engine import OnnxClassifier, OnnxTranslator  # noqa: E402
+from mintransformer.generation import Generator  # noqa: E402
+from mintransformer.onnx_engine import (  # noqa: E402
+    OnnxClassifier,
+    OnnxGenerator,
+    OnnxLanguageModelSteps,
+    OnnxTranslator,
+)
 from mintransformer.run import RunDirectory  # noqa: E402
+from mintransformer.training import language_model  # noqa: E402
 from mintransformer.training.classification import train_classification  # noqa: E402
 from mintransformer.translation import Translator  # noqa: E402
 from tests.training.test_classification import TINY, synthetic_reviews  # noqa: E402
@@ -66,11 +73,42 @@ def classification_run(tmp_path_factory):
     return run
 
 
+@pytest.fixture(scope="module")
+def language_model_run(tmp_path_factory):
+    """A tiny language model (one epoch on repeated sentences, gelu) and its export."""
+    folder = tmp_path_factory.mktemp("lm")
+    (folder / "text.txt").write_text("the cat sat on the mat\na dog ran over the hill\n" * 60)
+    config = make_config(
+        "language_model",
+        text=str(folder / "text.txt"),
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        dff=32,
+        max_length=16,
+        vocab_size=60,
+        epochs=1,
+    )
+    language_model.train(folder / "run", config, verbose=0)
+    export_run(folder / "run")
+    return RunDirectory(folder / "run")
+
+
 def sources(translator, count: int, seed: int = 0) -> list[list[int]]:
     """`count` encoded held-out sources of the numbers corpus, of varied lengths."""
     pairs = load_corpus(translator.config.data)["test"]
     picked = np.random.default_rng(seed).choice(len(pairs), count, replace=False)
     return translator.encode_sources([pairs[i][0] for i in picked])
+
+
+def assert_same_scores(keras_steps, onnx_steps, keras_state, onnx_state, tokens):
+    """Six positions of greedy decoding from `tokens` `(n,)`: the ONNX steps' scores within
+    1e-4 of Keras'."""
+    for index in range(6):
+        expected, keras_state = keras_steps.step(tokens, index, keras_state)
+        got, onnx_state = onnx_steps.step(tokens, index, onnx_state)
+        np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
+        tokens = expected.argmax(-1).astype("int32")
 
 
 @pytest.mark.parametrize("batch", [1, 5])
@@ -79,13 +117,10 @@ def test_exported_decoder_step_log_probs_match_keras(translation_export, batch):
     ids = pad_batch(sources(keras_translator, batch, seed=batch), pad_id=0, multiple=1)
     keras_steps = CachedSteps(keras_translator.model, 10)
     onnx_steps = onnx_translator.steps
-    keras_state, onnx_state = keras_steps.start(ids), onnx_steps.start(ids)
     tokens = np.full(batch, keras_translator.tokenizer.start_id, "int32")
-    for index in range(6):
-        expected, keras_state = keras_steps.step(tokens, index, keras_state)
-        got, onnx_state = onnx_steps.step(tokens, index, onnx_state)
-        np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
-        tokens = expected.argmax(-1).astype("int32")
+    assert_same_scores(
+        keras_steps, onnx_steps, keras_steps.start(ids), onnx_steps.start(ids), tokens
+    )
 
 
 def test_greedy_and_beam_tokens_match_keras(translation_export):
@@ -114,7 +149,32 @@ def test_exported_classifier_probabilities_match_keras(classification_run):
         np.testing.assert_allclose(onnx_classifier.probabilities(texts), expected, atol=1e-4)
 
 
-def test_onnx_engine_imports_no_framework(translation_export, classification_run, tmp_path):
+@pytest.mark.parametrize("batch", [1, 3])
+def test_exported_language_model_step_logits_match_keras(language_model_run, batch):
+    keras_generator = Generator.from_run(language_model_run.path)
+    onnx_generator = Generator.from_run(language_model_run.path, engine="onnx")
+    assert isinstance(onnx_generator, OnnxGenerator)
+    keras_steps = CachedLanguageModelSteps(keras_generator.model, 8)
+    onnx_steps = OnnxLanguageModelSteps(
+        onnx_generator.step_session, **onnx_generator.cache, max_length=8
+    )
+    tokens = np.full(batch, 2, "int32")  # </s>: a line starts
+    states = keras_steps.start(batch), onnx_steps.start(batch)
+    assert_same_scores(keras_steps, onnx_steps, *states, tokens)
+
+
+def test_generated_text_matches_keras(language_model_run):
+    keras_generator = Generator.from_run(language_model_run.path)
+    onnx_generator = Generator.from_run(language_model_run.path, engine="onnx")
+    prompts = ["the cat", "", "a dog ran"]
+    for options in (dict(temperature=0), dict(temperature=1.0, top_k=10, seed=3)):
+        expected = keras_generator.generate(prompts, max_new_tokens=8, **options)
+        assert onnx_generator.generate(prompts, max_new_tokens=8, **options) == expected
+
+
+def test_onnx_engine_imports_no_framework(
+    translation_export, classification_run, language_model_run, tmp_path
+):
     folder = str(translation_export[2])
     script = f"""
 import sys
@@ -123,6 +183,7 @@ from mintransformer.classification import Classifier
 from mintransformer.translation import Translator
 print(Translator.from_run({folder!r}, engine="onnx").translate(["five"]))
 print(Classifier.from_run({str(classification_run.path)!r}, engine="onnx").classify(["superb"]))
+cli.main(["generate", "--engine", "onnx", "--run", {str(language_model_run.path)!r}, "the"])
 cli.main(["translate", "--engine", "onnx", "--run", {folder!r}, "nine"])
 print(sorted(m for m in sys.modules if m.split(".")[0] in {FRAMEWORKS!r}))
 """

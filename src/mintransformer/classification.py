@@ -14,11 +14,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from mintransformer import checks
 from mintransformer.config import ClassificationConfig
 from mintransformer.data.labelled import LabelSet, clean_text, encode_texts, read_labelled
 from mintransformer.data.lengths import batch_by_length, pad_batch
-from mintransformer.export_folder import ENGINES
+from mintransformer.export_folder import onnx_class
 
 
 @dataclass
@@ -65,17 +64,10 @@ class Classifier:
 
     @classmethod
     def from_run(cls, path: str | Path, engine: str = "keras") -> Classifier:
-        """The classifier of a finished run.
-
-        Args:
-            path: the run directory; with `engine="onnx"`, or its export folder.
-            engine: "keras" (the run's weights), or "onnx" (its `mintransformer export`
-                on onnxruntime, without Keras: `mintransformer.onnx_engine`).
-        """
-        if checks.one_of(engine, ENGINES, "engine") == "onnx":
-            from mintransformer.onnx_engine import OnnxClassifier
-
-            return OnnxClassifier.from_run(path)
+        """The classifier of the run directory `path`; `engine` as `Translator.from_run`."""
+        onnx_classifier = onnx_class(engine, "OnnxClassifier")
+        if onnx_classifier is not None:
+            return onnx_classifier.from_run(path)
         from mintransformer.loading import load_trained
 
         return cls(*load_trained(path, ClassificationConfig))

@@ -191,7 +191,7 @@ def export_command(args) -> None:
 def generate_command(args) -> None:
     from mintransformer.generation import Generator
 
-    texts = Generator.from_run(args.run).generate(
+    texts = Generator.from_run(args.run, engine=args.engine).generate(
         args.prompt or [""],
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
@@ -449,6 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=40, help="0 = no top-k filtering")
     gen.add_argument("--top-p", type=float, default=0.95, help="nucleus mass; 1 = no filtering")
     gen.add_argument("--seed", type=int, default=0)
+    _add_engine_flag(gen)
     return parser
 
 

@@ -11,6 +11,11 @@ per target position, and the search loop (greedy or beam) stays in Python:
                        (layers, 2, n, heads, max_length, depth), cross, source_mask
                        -> log_probs float32 (n, vocab), cache (the slot `index` written)
 
+A language-model run becomes one graph, the decoder step without cross-attention:
+
+    lm_step.onnx       tokens int32 (n,), index int32 (), cache -> logits float32
+                       (n, vocab), cache
+
 A classification run becomes one graph, token_ids int32 (batch, length) -> class
 probabilities float32 (batch, classes). Every batch and length dimension is dynamic.
 
@@ -26,6 +31,7 @@ import shutil
 from pathlib import Path
 
 import keras
+import numpy as np
 from keras import ops
 
 from mintransformer.config import ClassificationConfig, TranslationConfig
@@ -56,6 +62,15 @@ def _import_converters():
         ) from err
     logging.getLogger("tf2onnx").setLevel(logging.ERROR)
     return tf, tf2onnx, (quantize_dynamic, QuantType)
+
+
+def _erfc_as_one_minus_erf(ctx, node, name, args):
+    """tf2onnx handler: TensorFlow's exact GELU uses Erfc, which ONNX lacks; 1 - Erf(x)."""
+    erf = ctx.make_node("Erf", [node.input[0]])
+    one = ctx.make_const(f"{name}/one", np.array(1.0, "float32"))
+    node.type = "Sub"
+    ctx.replace_inputs(node, [one.output[0], erf.output[0]])
+    return node
 
 
 def translation_graphs(model) -> dict:
@@ -99,6 +114,22 @@ def translation_graphs(model) -> dict:
     }
 
 
+def language_model_graphs(model) -> dict:
+    """The step function of a `LanguageModel`, as `translation_graphs`."""
+    layout = cache_layout(model)
+    layers = layout["layers"]
+    state = (layers, 2, None, layout["heads"], None, layout["depth"])
+
+    def step(tokens, index, cache):
+        logits, layer_caches = model.step(
+            tokens[:, None], index, tuple(cache[i] for i in range(layers))
+        )
+        return logits, ops.stack(layer_caches)
+
+    inputs = [("tokens", (None,), "int32"), ("index", (), "int32"), ("cache", state, "float32")]
+    return {GRAPHS["language_model"][0]: (step, inputs)}
+
+
 def classification_graphs(model) -> dict:
     """The probabilities function of a `TextClassifier`, as `translation_graphs`."""
 
@@ -109,7 +140,8 @@ def classification_graphs(model) -> dict:
 
 
 def cache_layout(model) -> dict:
-    """The decoder-step graph's cache layout of a `Transformer`: layers, heads, depth."""
+    """The step graph's cache layout of a `Transformer` or `LanguageModel`: layers, heads,
+    depth."""
     attention = model.decoder.blocks[0].self_attention
     return {
         "layers": len(model.decoder.blocks),
@@ -132,7 +164,11 @@ def write_graphs(graphs: dict, folder: str | Path, int8: bool = False) -> None:
         path = Path(folder) / name
         traced = path.with_suffix(".fp32.onnx") if int8 else path
         tf2onnx.convert.from_function(
-            tf.function(function), input_signature=signature, opset=OPSET, output_path=str(traced)
+            tf.function(function),
+            input_signature=signature,
+            opset=OPSET,
+            custom_op_handlers={"Erfc": (_erfc_as_one_minus_erf, [])},
+            output_path=str(traced),
         )
         if int8:
             quantize_dynamic(traced, path, weight_type=quant_type.QInt8)
@@ -140,7 +176,7 @@ def write_graphs(graphs: dict, folder: str | Path, int8: bool = False) -> None:
 
 
 def export_run(run_path: str | Path, output: str | Path | None = None, int8: bool = False) -> Path:
-    """Exports a finished translation or classification run to an export folder.
+    """Exports a finished run (translation, classification or language model) to a folder.
 
     Args:
         run_path: the run directory (its final weights, config and tokenizer).
@@ -151,29 +187,26 @@ def export_run(run_path: str | Path, output: str | Path | None = None, int8: boo
         The export folder's path.
 
     Raises:
-        ValueError: on another backend than TensorFlow, or a language-model run.
+        ValueError: on another backend than TensorFlow, or a bf16 model.
         ModuleNotFoundError: without the `export` extra.
         FileNotFoundError: for a run without final weights.
     """
     _import_converters()
     run = RunDirectory.open(run_path)
-    config = run.config()
-    if not isinstance(config, TranslationConfig | ClassificationConfig):
-        raise ValueError(
-            f"{run.path} is a {config.task} run: only translation and classification runs "
-            "export to ONNX"
-        )
     model, _, config = load_trained(run.path)
     if model.compute_dtype != "float32":
         raise ValueError(f"{run.path} computes in {model.compute_dtype}: export needs float32")
     folder = ExportFolder(output if output is not None else run.path / DEFAULT_FOLDER)
     folder.path.mkdir(parents=True, exist_ok=True)
     manifest = {"task": config.task, "int8": bool(int8), "run": run_identity(run)}
-    if isinstance(config, TranslationConfig):
-        write_graphs(translation_graphs(model), folder.path, int8)
-        manifest["cache"] = cache_layout(model)
-    else:
+    if isinstance(config, ClassificationConfig):
         write_graphs(classification_graphs(model), folder.path, int8)
+    else:
+        graphs = (
+            translation_graphs if isinstance(config, TranslationConfig) else language_model_graphs
+        )
+        write_graphs(graphs(model), folder.path, int8)
+        manifest["cache"] = cache_layout(model)
     shutil.copyfile(run.config_path, folder.config_path)
     shutil.copyfile(run.tokenizer_path, folder.tokenizer_path)
     folder.write_manifest(manifest)

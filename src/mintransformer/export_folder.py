@@ -9,6 +9,7 @@
       encoder.onnx          translation: source ids -> cross-attention keys/values, mask
       decoder_step.onnx     translation: one target position with the key/value cache
       classifier.onnx       classification: token ids -> class probabilities
+      lm_step.onnx          language model: one position with the key/value cache
 
 Written by `mintransformer.export` (TensorFlow), read by `mintransformer.onnx_engine`
 (onnxruntime + NumPy). This module imports neither.
@@ -17,10 +18,11 @@ Written by `mintransformer.export` (TensorFlow), read by `mintransformer.onnx_en
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from pathlib import Path
 
-from mintransformer import __version__
+from mintransformer import __version__, checks
 from mintransformer.files import atomic_write
 from mintransformer.run import CONFIG, TOKENIZER, RunDirectory
 
@@ -33,7 +35,19 @@ DEFAULT_FOLDER = "onnx"
 GRAPHS = {
     "translation": ("encoder.onnx", "decoder_step.onnx"),
     "classification": ("classifier.onnx",),
+    "language_model": ("lm_step.onnx",),
 }
+
+
+def onnx_class(engine: str, name: str):
+    """For `engine` "onnx", the class `name` of `mintransformer.onnx_engine`; None for "keras".
+
+    Raises:
+        ValueError: for another engine.
+    """
+    if checks.one_of(engine, ENGINES, "engine") == "keras":
+        return None
+    return getattr(importlib.import_module("mintransformer.onnx_engine"), name)
 
 
 def file_digest(path: str | Path) -> str:

@@ -1,11 +1,13 @@
-"""Translating and classifying with an exported run on onnxruntime, NumPy and our tokenizer.
+"""Translating, classifying and generating with an exported run on onnxruntime, NumPy and
+our tokenizer.
 
 Nothing here imports Keras, TensorFlow, JAX or PyTorch. `OnnxSteps` gives the exported
 encoder and decoder-step graphs (`mintransformer.export`) the start/step/reorder calls
 of `mintransformer.decoding.steps`, so the same greedy and beam search loops drive
-them; `OnnxTranslator` and `OnnxClassifier` are `Translator` and `Classifier` with
-the graphs in place of the Keras model. Usually reached through
-`Translator.from_run(dir, engine="onnx")` and `Classifier.from_run(dir, engine="onnx")`.
+them; `OnnxLanguageModelSteps` does the same for a language model's step graph and the
+sampling loop. `OnnxTranslator`, `OnnxClassifier` and `OnnxGenerator` are `Translator`,
+`Classifier` and `Generator` with the graphs in place of the Keras model, usually
+reached through their `from_run(dir, engine="onnx")`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from mintransformer.classification import Classifier
-from mintransformer.config import ClassificationConfig, TranslationConfig
+from mintransformer.config import ClassificationConfig, LanguageModelConfig, TranslationConfig
+from mintransformer.decoding.sampling import generate_with_steps
 from mintransformer.export_folder import GRAPHS, ExportFolder
+from mintransformer.generation import Generator
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.translation import Translator
 
@@ -74,9 +78,7 @@ class OnnxSteps:
         """Encodes `(batch, length)` sources; each row repeated `repeat` times (beams)."""
         source_ids = np.repeat(np.asarray(source_ids, "int32"), repeat, axis=0)
         cross, source_mask = self.encoder.run(None, {"source_ids": source_ids})
-        layers, pair, heads, depth = self.cache_layout
-        cache = np.zeros((layers, pair, len(source_ids), heads, self.max_length, depth), "float32")
-        return cache, cross, source_mask
+        return empty_cache(self.cache_layout, len(source_ids), self.max_length), cross, source_mask
 
     def step(self, tokens: np.ndarray, index: int, state: State) -> tuple[np.ndarray, State]:
         """`tokens` int `(n,)` at position `index` -> (log-probs `(n, vocab)`, new state)."""
@@ -98,18 +100,80 @@ class OnnxSteps:
         return cache[:, :, indices], cross, source_mask
 
 
-class OnnxTranslator(Translator):
+def empty_cache(layout: tuple[int, int, int, int], rows: int, max_length: int) -> np.ndarray:
+    """Zeros `(layers, 2, rows, heads, max_length, depth)` for `layout` = (layers, 2, heads,
+    depth)."""
+    layers, pair, heads, depth = layout
+    return np.zeros((layers, pair, rows, heads, max_length, depth), "float32")
+
+
+class OnnxLanguageModelSteps:
+    """Cached decoding over an exported language-model step graph; scores are float32
+    logits. The state is the cache, float32 `(layers, 2, n, heads, max_length, depth)`.
+
+    Args:
+        step_session: the session of `lm_step.onnx`.
+        layers, heads, depth: the cache layout (the export's manifest).
+        max_length: most positions to decode (cache size).
+    """
+
+    compiled_loops = False
+
+    def __init__(self, step_session, layers: int, heads: int, depth: int, max_length: int):
+        self.step_session = step_session
+        self.cache_layout = (layers, 2, heads, depth)
+        self.max_length = max_length
+
+    def start(self, batch_size: int, repeat: int = 1) -> np.ndarray:
+        """The empty cache of `batch_size * repeat` rows."""
+        return empty_cache(self.cache_layout, batch_size * repeat, self.max_length)
+
+    def step(self, tokens: np.ndarray, index: int, state: np.ndarray):
+        """`tokens` int `(n,)` at position `index` -> (logits `(n, vocab)`, new cache)."""
+        inputs = {
+            "tokens": np.asarray(tokens, "int32"),
+            "index": np.asarray(index, "int32"),
+            "cache": state,
+        }
+        logits, cache = self.step_session.run(None, inputs)
+        return logits, cache
+
+    def reorder(self, state: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """Keeps the cache rows `indices`."""
+        return state[:, :, indices]
+
+
+class _Exported:
+    """What the engine's classes share: `from_run` opens an export folder of their task and
+    calls `__init__(folder, manifest, config, tokenizer, *args)`."""
+
+    config_class: type
+
+    @classmethod
+    def from_run(cls, path: str | Path, *args):
+        """An export folder, or the export inside a run directory (`ExportFolder.open`)."""
+        folder, manifest = ExportFolder.open(path)
+        task = cls.config_class.task
+        if manifest["task"] != task:
+            raise ValueError(
+                f"{folder.path} is an export of a {manifest['task']} run, not a {task} run"
+            )
+        config = cls.config_class.from_json(folder.config_path.read_text(), str(folder.path))
+        return cls(folder, manifest, config, Tokenizer.load(folder.tokenizer_path), *args)
+
+
+class OnnxTranslator(_Exported, Translator):
     """`Translator` on an export folder: onnxruntime in place of the Keras model.
 
     Args:
-        folder: the export folder.
-        manifest: its manifest.
+        folder, manifest, config, tokenizer: the export folder, its manifest, config and
+            tokenizer (`from_run` reads them).
         max_output_length: most target tokens per sentence (default: the model's).
     """
 
-    def __init__(self, folder: ExportFolder, manifest: dict, max_output_length: int | None = None):
-        config = TranslationConfig.from_json(folder.config_path.read_text(), str(folder.path))
-        tokenizer = Tokenizer.load(folder.tokenizer_path)
+    config_class = TranslationConfig
+
+    def __init__(self, folder, manifest, config, tokenizer, max_output_length: int | None = None):
         self._set_up(tokenizer, config, config.max_length, config.max_length)
         if max_output_length is not None:
             if max_output_length > config.max_length:
@@ -125,39 +189,47 @@ class OnnxTranslator(Translator):
             encoder, decoder_step, **manifest["cache"], max_length=self.max_output_length
         )
 
-    @classmethod
-    def from_run(cls, path: str | Path, max_output_length: int | None = None) -> OnnxTranslator:
-        """The translator of an export folder, or of the export inside a run directory."""
-        return cls(*_open_export(path, TranslationConfig), max_output_length)
 
-
-class OnnxClassifier(Classifier):
+class OnnxClassifier(_Exported, Classifier):
     """`Classifier` on an export folder: onnxruntime in place of the Keras model.
 
-    Args:
-        folder: the export folder.
-        manifest: its manifest.
+    Args: as `OnnxTranslator`'s first four.
     """
 
-    def __init__(self, folder: ExportFolder, manifest: dict):
-        config = ClassificationConfig.from_json(folder.config_path.read_text(), str(folder.path))
-        self._set_up(Tokenizer.load(folder.tokenizer_path), config)
+    config_class = ClassificationConfig
+
+    def __init__(self, folder, manifest, config, tokenizer):
+        self._set_up(tokenizer, config)
         session = inference_session(folder.graph_path(GRAPHS[config.task][0]))
         self._probabilities = lambda token_ids: session.run(
             None, {"token_ids": np.asarray(token_ids, "int32")}
         )[0]
 
-    @classmethod
-    def from_run(cls, path: str | Path) -> OnnxClassifier:
-        """The classifier of an export folder, or of the export inside a run directory."""
-        return cls(*_open_export(path, ClassificationConfig))
 
+class OnnxGenerator(_Exported, Generator):
+    """`Generator` on an export folder: onnxruntime in place of the Keras model.
 
-def _open_export(path: str | Path, expected) -> tuple[ExportFolder, dict]:
-    """`ExportFolder.open`, with a ValueError if the export is of another task."""
-    folder, manifest = ExportFolder.open(path)
-    if manifest["task"] != expected.task:
-        raise ValueError(
-            f"{folder.path} is an export of a {manifest['task']} run, not a {expected.task} run"
+    Args: as `OnnxTranslator`'s first four.
+    """
+
+    config_class = LanguageModelConfig
+
+    def __init__(self, folder, manifest, config, tokenizer):
+        self.tokenizer = tokenizer
+        self.max_length = config.max_length
+        self.cache = manifest["cache"]
+        self.step_session = inference_session(folder.graph_path(GRAPHS[config.task][0]))
+
+    def generate_ids(self, prompt_ids, max_new_tokens: int, **options) -> list[list[int]]:
+        """`decoding.sampling.generate` on the exported step graph."""
+        return generate_with_steps(
+            lambda positions: OnnxLanguageModelSteps(
+                self.step_session, **self.cache, max_length=positions
+            ),
+            prompt_ids,
+            vocab_size=self.tokenizer.vocab_size,
+            pad_id=Tokenizer.pad_id,
+            max_length=self.max_length,
+            max_new_tokens=max_new_tokens,
+            **options,
         )
-    return folder, manifest

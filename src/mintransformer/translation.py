@@ -16,13 +16,12 @@ import numpy as np
 import sacrebleu
 from tqdm.auto import tqdm
 
-from mintransformer import checks
 from mintransformer.config import TranslationConfig
 from mintransformer.data.lengths import pad_batch
 from mintransformer.data.text import normalize_text, read_lines
 from mintransformer.decoding.beam import beam_search
 from mintransformer.decoding.greedy import greedy_search
-from mintransformer.export_folder import ENGINES
+from mintransformer.export_folder import onnx_class
 
 
 @dataclass
@@ -92,15 +91,14 @@ class Translator:
         """The translator of a finished run.
 
         Args:
-            path: the run directory; with `engine="onnx"`, or its export folder.
+            path: the run directory.
             max_output_length: most target tokens per sentence (default: the model's).
-            engine: "keras" (the run's weights), or "onnx" (its `mintransformer export`
-                on onnxruntime, without Keras: `mintransformer.onnx_engine`).
+            engine: "keras" (the run's weights) or "onnx" (its export on onnxruntime,
+                without Keras; `path` may then be the export folder).
         """
-        if checks.one_of(engine, ENGINES, "engine") == "onnx":
-            from mintransformer.onnx_engine import OnnxTranslator
-
-            return OnnxTranslator.from_run(path, max_output_length)
+        onnx_translator = onnx_class(engine, "OnnxTranslator")
+        if onnx_translator is not None:
+            return onnx_translator.from_run(path, max_output_length)
         from mintransformer.loading import load_trained
 
         model, tokenizer, config = load_trained(path, TranslationConfig)
