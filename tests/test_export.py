@@ -239,7 +239,13 @@ def test_bad_exports_are_one_line_errors(capsys, trained_run, classification_run
     assert "missing model.npz" in error("export", "--run", run.path)
 
 
-def test_missing_extra_or_backend_is_a_one_line_error(capsys, monkeypatch, trained_run):
+def test_missing_extra_or_backend_is_a_one_line_error(
+    capsys, monkeypatch, trained_run, translation_export
+):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    folder = translation_export[2]
+    code, _, err = run_cli(capsys, "translate", "--engine", "onnx", "--run", folder, "five")
+    assert code == 2 and "pip install mintransformer[export]" in err
     monkeypatch.setitem(sys.modules, "tf2onnx", None)
     code, _, err = run_cli(capsys, "export", "--run", trained_run.path)
     assert code == 2 and "pip install mintransformer[export]" in err
