@@ -14,7 +14,10 @@ Three implementations, each timed on greedy search and beam search (4 beams) at 
 - ours recompute: `FullRecomputeSteps`, re-running the whole model on the prefix at every
   step, as the course material does (the model call compiled, as for ours cached);
 - keras-hub cached: keras-hub's `TransformerDecoder` self- and cross-attention caches
-  (`peers_keras_hub.KerasHubCachedSteps`), its steps compiled the same way as ours.
+  (`peers_keras_hub.KerasHubCachedSteps`), its steps compiled the same way as ours;
+- onnxruntime fp32 / int8: our model exported (`mintransformer.export`, TensorFlow only)
+  and run by `onnx_engine.OnnxSteps`, one onnxruntime call per token from the searches'
+  Python loops; int8 is onnxruntime's dynamic quantization of the weights.
 
 The models are randomly initialised. `end_id` is -1, an id that is never an argmax, so
 every sentence (and every beam) runs the full `target_length` steps and all
@@ -29,11 +32,13 @@ import argparse
 import dataclasses
 import os
 import sys
+import tempfile
 import time
 import traceback
 import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 
@@ -58,6 +63,8 @@ from benchmarks.train_step import CONFIGS, TINY_CONFIGS
 NEVER_END_ID = -1  # never an argmax: every search decodes the full length
 ALPHA = 0.6
 CACHED, RECOMPUTE, KERAS_HUB = "ours cached", "ours recompute", "keras-hub cached"
+ONNX_FP32, ONNX_INT8 = "onnxruntime fp32", "onnxruntime int8"
+IMPLEMENTATIONS = (CACHED, RECOMPUTE, KERAS_HUB, ONNX_FP32, ONNX_INT8)
 
 
 def ours_model(shape: TranslationShape):
@@ -98,19 +105,41 @@ def keras_hub_steps(shape: TranslationShape):
     return peers_keras_hub.KerasHubCachedSteps(model, shape.target_length)
 
 
+def onnx_steps(model, shape: TranslationShape, int8: bool):
+    """`OnnxSteps` over `model` exported to a temporary folder (TensorFlow only)."""
+    if keras_backend() != "tensorflow":
+        raise UnavailableError("exporting to ONNX runs on the TensorFlow backend only")
+    try:
+        from mintransformer.export import cache_layout, translation_graphs, write_graphs
+        from mintransformer.export_folder import GRAPHS
+        from mintransformer.onnx_engine import OnnxSteps, inference_session
+
+        folder = Path(tempfile.mkdtemp(prefix="decoding-onnx-"))
+        write_graphs(translation_graphs(model), folder, int8)
+    except ModuleNotFoundError as error:
+        raise UnavailableError(str(error)) from None
+    sizes = {name: (folder / name).stat().st_size for name in GRAPHS["translation"]}
+    print(f"exported {'int8' if int8 else 'fp32'} graphs, bytes: {sizes}", flush=True)
+    sessions = [inference_session(folder / name) for name in GRAPHS["translation"]]
+    return OnnxSteps(*sessions, **cache_layout(model), max_length=shape.target_length)
+
+
 def step_builders(shape: TranslationShape, only: str) -> dict[str, Callable[[], object]]:
     """Name -> builder of a steps object (`start` / `step` / `reorder`), as `only` selects."""
     from mintransformer.decoding.steps import CachedSteps, FullRecomputeSteps
 
-    ours: dict[str, Callable[[], object]] = {}
-    if only in ("ours", "all"):
+    builders: dict[str, Callable[[], object]] = {}
+    if only in ("ours", "onnx", "all"):
         model = ours_model(shape)
-        ours = {
-            CACHED: lambda: CachedSteps(model, shape.target_length),
-            RECOMPUTE: lambda: FullRecomputeSteps(model, shape.target_length),
-        }
-    peers = {KERAS_HUB: lambda: keras_hub_steps(shape)} if only in ("peers", "all") else {}
-    return {**ours, **peers}
+    if only in ("ours", "all"):
+        builders[CACHED] = lambda: CachedSteps(model, shape.target_length)
+        builders[RECOMPUTE] = lambda: FullRecomputeSteps(model, shape.target_length)
+    if only in ("peers", "all"):
+        builders[KERAS_HUB] = lambda: keras_hub_steps(shape)
+    if only in ("onnx", "all"):
+        builders[ONNX_FP32] = lambda: onnx_steps(model, shape, int8=False)
+        builders[ONNX_INT8] = lambda: onnx_steps(model, shape, int8=True)
+    return builders
 
 
 def decoder(
@@ -244,7 +273,7 @@ def summary(report: dict) -> str:
         (row["backend"], row["batch"], row["search"], row["implementation"]): row["median_ms"]
         for row in report["results"]
     }
-    headers = ["backend", "batch", "search", CACHED, RECOMPUTE, KERAS_HUB]
+    headers = ["backend", "batch", "search", *IMPLEMENTATIONS]
     headers += ["recompute/cached", "keras-hub/ours"]
     rows = []
     for ratio in report["ratios"]:
@@ -252,7 +281,7 @@ def summary(report: dict) -> str:
         rows.append(
             [
                 *key,
-                *(cell(timed.get((*key, name))) for name in (CACHED, RECOMPUTE, KERAS_HUB)),
+                *(cell(timed.get((*key, name))) for name in IMPLEMENTATIONS),
                 cell(ratio["recompute_over_cached"], "x"),
                 cell(ratio["keras_hub_over_ours"], "x"),
             ]
@@ -269,7 +298,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--steps", type=int, default=5, help="timed decodes per setting")
     parser.add_argument("--warmup", type=int, default=1, help="untimed decodes first")
-    parser.add_argument("--only", choices=["ours", "peers", "all"], default="all")
+    parser.add_argument("--only", choices=["ours", "peers", "onnx", "all"], default="all")
     parser.add_argument(
         "--backends",
         help="comma-separated Keras backends, one subprocess each (default: this process's)",

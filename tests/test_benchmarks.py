@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import decoding, kill_resume, train_step, translation_throughput
+from benchmarks.common import keras_backend
 from mintransformer.run import RunDirectory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +56,20 @@ def test_decoding_writes_timings_for_ours(tmp_path):
     }
     assert all(row["median_ms"] > 0 for row in report["results"])
     assert all(ratio["recompute_over_cached"] > 0 for ratio in report["ratios"])
+
+
+def test_decoding_times_the_onnx_export_on_tensorflow(tmp_path):
+    pytest.importorskip("onnxruntime", reason="the ONNX rows need onnxruntime (the export extra)")
+    pytest.importorskip("tf2onnx", reason="the ONNX rows need tf2onnx (the export extra)")
+    if keras_backend() != "tensorflow":
+        pytest.skip("exporting to ONNX runs on TensorFlow only")
+    path = tmp_path / "decoding.json"
+    decoding.main([*ONE_STEP[:-1], "onnx", "--batches", "1", "--json", str(path)])
+
+    report = json.loads(path.read_text())
+    timed = {(row["implementation"], row["search"]) for row in report["results"]}
+    names = (decoding.ONNX_FP32, decoding.ONNX_INT8)
+    assert timed == {(name, search) for name in names for search in ("greedy", "beam")}
 
 
 @pytest.mark.slow

@@ -12,14 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from keras import ops
 from tqdm.auto import tqdm
 
-from mintransformer.backend_adapter import compile_inference
 from mintransformer.config import ClassificationConfig
-from mintransformer.data.batching import batch_by_length, pad_batch
 from mintransformer.data.labelled import LabelSet, clean_text, encode_texts, read_labelled
-from mintransformer.loading import load_trained
+from mintransformer.data.lengths import batch_by_length, pad_batch
+from mintransformer.export_folder import onnx_class
 from mintransformer.streaming import map_lines
 
 
@@ -46,19 +44,36 @@ class Classifier:
     """Classifies with a model, tokenizer and config; `Classifier.from_run(dir)` loads a run."""
 
     def __init__(self, model, tokenizer, config: ClassificationConfig):
+        from keras import ops
+
+        from mintransformer.backend_adapter import compile_inference
+
         self.model = model
-        self.tokenizer = tokenizer
-        self.config = config
-        self.labels = LabelSet(config.labels)
+        self._set_up(tokenizer, config)
         variables = model.trainable_variables + model.non_trainable_variables
 
         def probabilities(token_ids):
             return ops.softmax(model(token_ids, training=False), axis=-1)
 
-        self._probabilities = compile_inference(probabilities, variables)
+        compiled = compile_inference(probabilities, variables)
+        self._probabilities = lambda token_ids: np.asarray(
+            ops.convert_to_numpy(compiled(token_ids))
+        )
+
+    def _set_up(self, tokenizer, config: ClassificationConfig) -> None:
+        """What every engine sets: tokenizer, config and labels."""
+        self.tokenizer = tokenizer
+        self.config = config
+        self.labels = LabelSet(config.labels)
 
     @classmethod
-    def from_run(cls, path: str | Path) -> Classifier:
+    def from_run(cls, path: str | Path, engine: str = "keras") -> Classifier:
+        """The classifier of the run directory `path`; `engine` as `Translator.from_run`."""
+        onnx_classifier = onnx_class(engine, "OnnxClassifier")
+        if onnx_classifier is not None:
+            return onnx_classifier.from_run(path)
+        from mintransformer.loading import load_trained
+
         return cls(*load_trained(path, ClassificationConfig))
 
     def probabilities(
@@ -75,7 +90,7 @@ class Classifier:
         )
         for batch in tqdm(batches, disable=not progress, desc="classifying", unit="batch"):
             ids = pad_batch([token_ids[i] for i in batch], pad_id=self.tokenizer.pad_id)
-            result[batch] = np.asarray(ops.convert_to_numpy(self._probabilities(ids)))
+            result[batch] = self._probabilities(ids)
         return result
 
     def classify(self, texts: Sequence[str], progress: bool = False) -> list[Prediction]:

@@ -158,7 +158,7 @@ def translate_command(args) -> None:
     from mintransformer.translation import Translator
 
     lines, total = streaming.open_input(args.text, args.input)
-    translator = Translator.from_run(args.run)
+    translator = Translator.from_run(args.run, engine=args.engine)
     translations = translator.translate_lines(
         lines,
         total=total,
@@ -174,17 +174,25 @@ def classify_command(args) -> None:
     from mintransformer.classification import Classifier
 
     lines, total = streaming.open_input(args.text, args.input)
-    classifier = Classifier.from_run(args.run)
+    classifier = Classifier.from_run(args.run, engine=args.engine)
     predictions = classifier.classify_lines(
         lines, total=total, progress=args.verbose > 0 and not args.text
     )
     streaming.write_lines(predictions, args.output)
 
 
+def export_command(args) -> None:
+    from mintransformer.export import export_run
+
+    start = time.perf_counter()
+    folder = export_run(args.run, args.output, int8=args.int8)
+    print(f"exported in {time.perf_counter() - start:.0f} s to {folder}")
+
+
 def generate_command(args) -> None:
     from mintransformer.generation import Generator
 
-    texts = Generator.from_run(args.run).generate(
+    texts = Generator.from_run(args.run, engine=args.engine).generate(
         args.prompt or [""],
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
@@ -341,6 +349,18 @@ def request_host_devices(args) -> None:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
 
 
+def _add_engine_flag(parser) -> None:
+    from mintransformer.export_folder import ENGINES
+
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="keras",
+        help="keras: the run's weights; onnx: its export (`mintransformer export`) on "
+        "onnxruntime, without Keras; --run may then name the export folder",
+    )
+
+
 def _add_input_flags(parser, what: str) -> None:
     parser.add_argument("text", nargs="*", help=f"{what} (default: --input or stdin)")
     parser.add_argument("--input", type=Path, help=f"file with one of the {what} per line")
@@ -429,11 +449,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_flags(translate, "sentences")
     _add_output_flag(translate)
     _add_decoding_flags(translate)
+    _add_engine_flag(translate)
 
     classify = add(commands, "classify", "label text with a trained classifier", classify_command)
     classify.add_argument("--run", type=Path, required=True)
     _add_input_flags(classify, "texts")
     _add_output_flag(classify)
+    _add_engine_flag(classify)
+
+    export = add(commands, "export", "export a run to ONNX (needs TensorFlow)", export_command)
+    export.add_argument("--run", type=Path, required=True)
+    export.add_argument("-o", "--output", type=Path, help="export folder (default: RUN/onnx)")
+    export.add_argument("--int8", action="store_true", help="int8 weights (dynamic quantization)")
 
     evaluate = add(
         commands,
@@ -478,6 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=40, help="0 = no top-k filtering")
     gen.add_argument("--top-p", type=float, default=0.95, help="nucleus mass; 1 = no filtering")
     gen.add_argument("--seed", type=int, default=0)
+    _add_engine_flag(gen)
     return parser
 
 
@@ -493,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         request_host_devices(args)
-        select_backend(args.backend, args.verbose)
+        if getattr(args, "engine", "keras") == "keras":
+            select_backend(args.backend, args.verbose)
         args.run_command(args)
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)

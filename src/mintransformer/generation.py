@@ -1,6 +1,6 @@
 """Generating text with a trained language-model run.
 
-A prompt is fed as `</s>` + its tokens (`data.windows.prompt_ids`), so an empty
+A prompt is fed as `</s>` + its tokens (`data.token_stream.prompt_ids`), so an empty
 prompt starts a new line; generated `</s>` tokens come back as line breaks.
 """
 
@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mintransformer.config import LanguageModelConfig
-from mintransformer.data.windows import decode_text, prompt_ids
+from mintransformer.data.token_stream import decode_text, prompt_ids
 from mintransformer.decoding.sampling import generate
-from mintransformer.loading import load_trained
+from mintransformer.export_folder import onnx_class
 
 
 class Generator:
@@ -27,11 +27,22 @@ class Generator:
     def __init__(self, model, tokenizer):
         self.model = model
         self.tokenizer = tokenizer
+        self.max_length = model.max_length
 
     @classmethod
-    def from_run(cls, path: str | Path) -> Generator:
+    def from_run(cls, path: str | Path, engine: str = "keras") -> Generator:
+        """The generator of the run directory `path`; `engine` as `Translator.from_run`."""
+        onnx_generator = onnx_class(engine, "OnnxGenerator")
+        if onnx_generator is not None:
+            return onnx_generator.from_run(path)
+        from mintransformer.loading import load_trained
+
         model, tokenizer, _ = load_trained(path, LanguageModelConfig)
         return cls(model, tokenizer)
+
+    def generate_ids(self, prompt_ids, max_new_tokens: int, **options) -> list[list[int]]:
+        """`decoding.sampling.generate` on this generator's model."""
+        return generate(self.model, prompt_ids, max_new_tokens=max_new_tokens, **options)
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int = 50, **options) -> list[str]:
         """Each prompt followed by its generated continuation, as text (</s> = line break).
@@ -40,7 +51,7 @@ class Generator:
         with a warning. `options` are those of `decoding.sampling.generate`
         (`temperature`, `top_k`, `top_p`, `seed`, `end_id`).
         """
-        max_length = self.model.max_length
+        max_length = self.max_length
         if max_new_tokens > max_length:
             raise ValueError(
                 f"max_new_tokens ({max_new_tokens}) exceeds the model's context of "
@@ -55,7 +66,7 @@ class Generator:
                 stacklevel=2,
             )
             encoded = [ids[-room:] for ids in encoded]
-        generated = generate(self.model, encoded, max_new_tokens=max_new_tokens, **options)
+        generated = self.generate_ids(encoded, max_new_tokens, **options)
         return [decode_text(self.tokenizer, p + g) for p, g in zip(encoded, generated, strict=True)]
 
 

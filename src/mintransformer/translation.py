@@ -17,13 +17,12 @@ import sacrebleu
 from tqdm.auto import tqdm
 
 from mintransformer.config import TranslationConfig
-from mintransformer.data.batching import pad_batch
+from mintransformer.data.lengths import pad_batch
 from mintransformer.data.text import normalize_text, read_lines
 from mintransformer.decoding.beam import beam_search
 from mintransformer.decoding.greedy import greedy_search
-from mintransformer.decoding.steps import CachedSteps
+from mintransformer.export_folder import onnx_class
 from mintransformer.files import atomic_write
-from mintransformer.loading import load_trained
 from mintransformer.streaming import CHUNK_LINES, map_lines
 
 
@@ -73,15 +72,37 @@ class Translator:
         max_output_length: int | None = None,
         config: TranslationConfig | None = None,
     ):
+        from mintransformer.decoding.steps import CachedSteps
+
         self.model = model
-        self.tokenizer = tokenizer
-        self.config = config
-        self.max_source_length = model.encoder.max_length - 1  # </s> is appended
-        self.max_output_length = max_output_length or model.decoder.max_length
+        self._set_up(tokenizer, config, model.encoder.max_length, model.decoder.max_length)
+        self.max_output_length = max_output_length or self.max_output_length
         self.steps = CachedSteps(model, self.max_output_length)
 
+    def _set_up(self, tokenizer, config, source_positions: int, target_positions: int) -> None:
+        """What every engine sets: tokenizer, config and the lengths the model reads."""
+        self.tokenizer = tokenizer
+        self.config = config
+        self.max_source_length = source_positions - 1  # </s> is appended
+        self.max_output_length = target_positions
+
     @classmethod
-    def from_run(cls, path: str | Path, max_output_length: int | None = None) -> Translator:
+    def from_run(
+        cls, path: str | Path, max_output_length: int | None = None, engine: str = "keras"
+    ) -> Translator:
+        """The translator of a finished run.
+
+        Args:
+            path: the run directory.
+            max_output_length: most target tokens per sentence (default: the model's).
+            engine: "keras" (the run's weights) or "onnx" (its export on onnxruntime,
+                without Keras; `path` may then be the export folder).
+        """
+        onnx_translator = onnx_class(engine, "OnnxTranslator")
+        if onnx_translator is not None:
+            return onnx_translator.from_run(path, max_output_length)
+        from mintransformer.loading import load_trained
+
         model, tokenizer, config = load_trained(path, TranslationConfig)
         return cls(model, tokenizer, max_output_length, config)
 

@@ -1,28 +1,13 @@
 """Plain text for language modelling: lines -> one token stream -> fixed windows -> batches.
 
-The stream convention: </s> ends every line and also opens the stream, so </s>
-reads "a line starts here". A prompt is `[</s>] + ids(text)`: an empty prompt
-asks for a line from scratch, and generated </s> tokens decode as line breaks.
+The stream and its convention (</s> between lines, prompts, decoding) are in
+`data/token_stream.py`, which generation shares without Keras.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import keras
 import numpy as np
-
-from mintransformer.data.text import normalize_text
-from mintransformer.tokenizer import Tokenizer
-
-
-def token_stream(tokenizer: Tokenizer, lines: Sequence[str]) -> np.ndarray:
-    """int32 `(num_tokens,)`: `</s> line1 </s> line2 </s> ...`."""
-    stream = [tokenizer.end_id]
-    for ids in tokenizer.encode_batch(list(lines)):
-        stream += ids
-        stream.append(tokenizer.end_id)
-    return np.asarray(stream, "int32")
 
 
 def make_windows(stream: np.ndarray, max_length: int) -> np.ndarray:
@@ -37,26 +22,6 @@ def make_windows(stream: np.ndarray, max_length: int) -> np.ndarray:
     count = max((len(stream) - 1) // max_length, 0)
     starts = np.arange(count) * max_length
     return np.asarray(stream)[starts[:, None] + np.arange(max_length + 1)].astype("int32")
-
-
-def prompt_ids(tokenizer: Tokenizer, text: str) -> list[int]:
-    """The ids a prompt is fed as: `[</s>] + ids(text)`."""
-    return [tokenizer.end_id, *tokenizer.encode(normalize_text(text))]
-
-
-def decode_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
-    """Text of stream ids, with </s> as line breaks (a leading </s> is dropped)."""
-    ids = [int(i) for i in ids]
-    if ids and ids[0] == tokenizer.end_id:
-        ids = ids[1:]
-    lines, line = [], []
-    for token in ids:
-        if token == tokenizer.end_id:
-            lines.append(tokenizer.decode(line))
-            line = []
-        else:
-            line.append(token)
-    return "\n".join([*lines, tokenizer.decode(line)])
 
 
 class WindowBatches(keras.utils.PyDataset):

@@ -12,18 +12,20 @@ With `beam_size=1` this is exactly greedy search. `beam_search` runs
 search is one compiled call, top-k, retiring of finished hypotheses and cache
 reordering included. Any other steps object (the `FullRecomputeSteps` reference)
 is driven by `python_beam`, which is also the specification the compiled loop is
-tested against: both make the same choices.
+tested against: both make the same choices. Only the compiled loop imports Keras,
+so `python_beam` also drives steps written in NumPy alone (the ONNX engine's).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
-from keras import ops
 
-from mintransformer.decoding.steps import Steps
+if TYPE_CHECKING:
+    from mintransformer.decoding.steps import Steps
 
 
 def length_penalty(length, alpha):
@@ -156,6 +158,8 @@ def compiled_beam(steps, source_ids, options: BeamOptions) -> tuple[list[list[in
     Returns as `beam_search`; `steps` has `compiled_loops` (`CachedSteps`) and
     `options.max_length` is at most `steps.max_length` (the cache).
     """
+    from keras import ops
+
     steps.check_length(options.max_length)
     k = options.beam_size
     loop = steps.compiled_loop(("beam", k), functools.partial(_beam_loop, steps, k))
@@ -171,6 +175,8 @@ def compiled_beam(steps, source_ids, options: BeamOptions) -> tuple[list[list[in
 def _select(chosen, slot_of_candidate, slots: int):
     """`(batch, slots, candidates)` bool: candidate j fills slot s where chosen and
     `slot_of_candidate[:, j] == s` (each slot gets at most one candidate)."""
+    from keras import ops
+
     slot_ids = ops.arange(slots, dtype="int32")[None, :, None]
     return ops.logical_and(chosen[:, None, :], slot_of_candidate[:, None, :] == slot_ids)
 
@@ -178,6 +184,8 @@ def _select(chosen, slot_of_candidate, slots: int):
 def _pick(one_hot, values):
     """`(batch, slots, candidates)` one-hot and `(batch, candidates)` -> `(batch, slots)`
     (0 where a slot got no candidate)."""
+    from keras import ops
+
     return ops.sum(ops.where(one_hot, values[:, None, :], 0), axis=-1)
 
 
@@ -198,6 +206,8 @@ def _beam_loop(steps, beam_size, source_ids, start_id, end_id, max_length, alpha
         the first `finished_count` finished slots of a source are filled, in the
         order they finished; `T` is `steps.max_length`.
     """
+    from keras import ops
+
     k, width = beam_size, steps.max_length
     batch = ops.shape(source_ids)[0]
     state = steps.start_tensors(ops.repeat(source_ids, k, axis=0))

@@ -4,17 +4,20 @@
 (`CachedSteps`): the whole decode is one compiled call, the token loop a
 `keras.ops.while_loop`, so there is no per-token call overhead or host transfer.
 Any other steps object (`FullRecomputeSteps`, the reference) is driven by
-`python_greedy`, one `step` per token. Both make the same choices.
+`python_greedy`, one `step` per token. Both make the same choices. Only the
+compiled loop imports Keras, so the Python loop also drives steps written in NumPy
+alone (the ONNX engine's).
 """
 
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
-from keras import ops
 
-from mintransformer.decoding.steps import Steps
+if TYPE_CHECKING:
+    from mintransformer.decoding.steps import Steps
 
 
 def greedy_search(
@@ -79,6 +82,8 @@ def compiled_greedy(
         position (`end_id` from a row's </s> on), and int `(batch,)`, the number
         of tokens before </s> (`max_length` for a row that never emitted it).
     """
+    from keras import ops
+
     max_length = steps.max_length if max_length is None else max_length
     steps.check_length(max_length)
     loop = steps.compiled_loop("greedy", functools.partial(_greedy_loop, steps))
@@ -97,6 +102,8 @@ def _greedy_loop(steps, source_ids, start_id, end_id, max_length):
     the output `(batch, steps.max_length)`, which rows are done and their lengths.
     Returns `(outputs, lengths)`.
     """
+    from keras import ops
+
     batch = ops.shape(source_ids)[0]
     state = steps.start_tensors(source_ids)
     tokens = ops.full((batch,), start_id, "int32")

@@ -15,18 +15,15 @@ and a generated pad would change what later positions see.
 (the key/value cache) or `FullRecomputeLanguageModelSteps` (the whole model re-run on
 the prefix, the reference). Each call compiles its step once (`tf.function`,
 `jax.jit`, eager PyTorch) and reuses it for every position of that call.
+`generate_with_steps` is its loop for any steps object: the ONNX engine's runs it
+without Keras, which only `generate` imports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
-
-from mintransformer.decoding.steps import (
-    CachedLanguageModelSteps,
-    FullRecomputeLanguageModelSteps,
-)
 
 
 def filter_logits(
@@ -86,31 +83,63 @@ def next_tokens(
     return np.minimum((cdf <= u).sum(-1), cdf.shape[-1] - 1).astype("int32")
 
 
-def generate(
-    model,
+def generate(model, prompt_ids: Sequence[Sequence[int]], *, cached: bool = True, **options):
+    """Continues each prompt of a `LanguageModel` (`generate_with_steps` over its steps).
+
+    Args:
+        model: a built `LanguageModel`.
+        prompt_ids: as `generate_with_steps`.
+        cached: run one position per step with the key/value cache; False
+            re-runs the whole model on the prefix at every step (the reference).
+        **options: `max_new_tokens` (required), `end_id`, `temperature`, `top_k`, `top_p`,
+            `seed`, as `generate_with_steps`.
+
+    Returns:
+        per row, the generated token ids (without the prompt).
+    """
+    from mintransformer.decoding.steps import (
+        CachedLanguageModelSteps,
+        FullRecomputeLanguageModelSteps,
+    )
+
+    steps_class = CachedLanguageModelSteps if cached else FullRecomputeLanguageModelSteps
+    return generate_with_steps(
+        lambda positions: steps_class(model, positions),
+        prompt_ids,
+        vocab_size=model.vocab_size,
+        pad_id=model.config["pad_id"],
+        max_length=model.max_length,
+        **options,
+    )
+
+
+def generate_with_steps(
+    make_steps: Callable[[int], object],
     prompt_ids: Sequence[Sequence[int]],
     *,
+    vocab_size: int,
+    pad_id: int | None,
+    max_length: int,
     max_new_tokens: int,
     end_id: int | None = None,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int = 0,
-    cached: bool = True,
 ) -> list[list[int]]:
     """Continues each prompt by up to `max_new_tokens` tokens.
 
     Args:
-        model: a built `LanguageModel`.
+        make_steps: positions -> a language-model steps object with that many positions
+            (`start(batch_size)`, `step` returning float logits `(n, vocab)`).
         prompt_ids: one non-empty list of token ids per row; lengths may differ.
+        vocab_size, pad_id, max_length: the model's vocabulary, padding id and positions.
         max_new_tokens: most tokens to generate per row.
         end_id: a row stops after generating this id (it is included in the output).
         temperature: 0 for greedy decoding; higher is more random.
         top_k: sample only among the k most probable tokens.
         top_p: sample only from the nucleus of probability mass `top_p`.
         seed: seed of the `np.random.default_rng` the samples are drawn from.
-        cached: run one position per step with the key/value cache; False
-            re-runs the whole model on the prefix at every step (the reference).
 
     Returns:
         per row, the generated token ids (without the prompt).
@@ -119,22 +148,20 @@ def generate(
         ValueError: on an empty or padded prompt, ids outside the vocabulary,
             bad sampling options, or more positions than the model's `max_length`.
     """
-    pad_id = model.config["pad_id"]
-    lengths = _check_prompts(prompt_ids, model.vocab_size, pad_id)
+    lengths = _check_prompts(prompt_ids, vocab_size, pad_id)
     _check_options(max_new_tokens, temperature, top_k, top_p)
     positions = int(lengths.max()) + max_new_tokens - 1
-    if positions > model.max_length:
+    if positions > max_length:
         raise ValueError(
             f"the longest prompt ({lengths.max()} tokens) plus max_new_tokens "
             f"({max_new_tokens}) needs {positions + 1} positions, but the model reads at "
-            f"most max_length={model.max_length}: shorten the prompt or generate less."
+            f"most max_length={max_length}: shorten the prompt or generate less."
         )
     batch = len(lengths)
     tokens = np.zeros((batch, positions + 1), "int32")
     for row, prompt in enumerate(prompt_ids):
         tokens[row, : lengths[row]] = prompt
-    steps_class = CachedLanguageModelSteps if cached else FullRecomputeLanguageModelSteps
-    steps = steps_class(model, positions)
+    steps = make_steps(positions)
     state = steps.start(batch)
     rng = np.random.default_rng(seed)
     outputs: list[list[int]] = [[] for _ in range(batch)]

@@ -145,15 +145,15 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def split_heads(self, x):
         """`(batch, length, d_model)` -> `(batch, num_heads, length, depth)`."""
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        x = ops.reshape(x, (batch, length, self.num_heads, self.depth))
+        # -1 for the length: a graph converter may fold an all-known target shape into a
+        # constant, which then fails on any other length.
+        x = ops.reshape(x, (ops.shape(x)[0], -1, self.num_heads, self.depth))
         return ops.transpose(x, (0, 2, 1, 3))
 
     def merge_heads(self, x):
         """`(batch, num_heads, length, depth)` -> `(batch, length, num_heads * depth)`."""
-        batch, length = ops.shape(x)[0], ops.shape(x)[2]
         width = self.num_heads * self.depth
-        return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (batch, length, width))
+        return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (ops.shape(x)[0], -1, width))
 
     def project_key_value(self, key, value=None):
         """Projects and splits keys and values once, e.g. an encoder output for decoding."""

@@ -84,17 +84,20 @@ def cached_self_attention(
     Returns:
         `(output (batch, 1, d_model), updated cache)`.
     """
-    max_length = ops.shape(cache)[3]
-    visible = (ops.arange(max_length) <= index)[None, None, None, :]
+    positions = ops.arange(ops.shape(cache)[3], dtype="int32")
+    visible = ops.reshape(positions <= index, (1, 1, 1, -1))
     if padding_mask is not None:
         visible = ops.logical_and(visible, padding_mask[:, None, None, :])
+    # A one-hot write rather than `slice_update`: the dynamic update slice it becomes
+    # has no ONNX equivalent, and attention reads the whole cache each step anyway.
+    is_index = ops.reshape(positions == index, (-1, 1))
     updated = []
 
     # A closure so that `residual` applies the pre-LN norm before the keys are projected.
     def attend(h):
         key, value = attention.project_key_value(h)
         new = ops.cast(ops.stack([key, value]), cache.dtype)
-        new = ops.slice_update(cache, (0, 0, 0, index, 0), new)
+        new = ops.where(is_index, new, cache)
         updated.append(new)
         return attention(h, attention_mask=visible, key_value=(new[0], new[1]))
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from mintransformer.config import LanguageModelConfig
 from mintransformer.data.text import read_text
-from mintransformer.data.windows import WindowBatches, make_windows, token_stream
+from mintransformer.data.token_stream import token_stream
+from mintransformer.data.windows import WindowBatches, make_windows
 from mintransformer.generation import generate_text  # noqa: F401  (it was defined here)
 from mintransformer.models.language_model import LanguageModel
 from mintransformer.run import RunDirectory

@@ -1,0 +1,254 @@
+"""ONNX export and the onnxruntime engine: the same scores and tokens as Keras, without Keras."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime", reason="the ONNX engine needs onnxruntime (the export extra)")
+pytest.importorskip("tf2onnx", reason="exporting needs tf2onnx (the export extra)")
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="exporting to ONNX runs on TensorFlow only"
+)
+
+from mintransformer import cli, export  # noqa: E402
+from mintransformer.classification import Classifier  # noqa: E402
+from mintransformer.config import ClassificationConfig, make_config  # noqa: E402
+from mintransformer.data.corpora import load_corpus  # noqa: E402
+from mintransformer.data.lengths import pad_batch  # noqa: E402
+from mintransformer.decoding.beam import beam_search  # noqa: E402
+from mintransformer.decoding.greedy import greedy_search  # noqa: E402
+from mintransformer.decoding.steps import CachedLanguageModelSteps, CachedSteps  # noqa: E402
+from mintransformer.export import export_run  # noqa: E402
+from mintransformer.generation import Generator  # noqa: E402
+from mintransformer.onnx_engine import (  # noqa: E402
+    OnnxClassifier,
+    OnnxGenerator,
+    OnnxLanguageModelSteps,
+    OnnxTranslator,
+)
+from mintransformer.run import RunDirectory  # noqa: E402
+from mintransformer.training import language_model  # noqa: E402
+from mintransformer.training.classification import train_classification  # noqa: E402
+from mintransformer.translation import Translator  # noqa: E402
+from tests.training.test_classification import TINY, synthetic_reviews  # noqa: E402
+
+FRAMEWORKS = ("keras", "tensorflow", "jax", "torch", "tf2onnx")
+
+
+def run_cli(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def copy_run(run: RunDirectory, path) -> RunDirectory:
+    """The run's config, tokenizer and final weights in a new folder (no checkpoints)."""
+    path.mkdir()
+    for source in (run.config_path, run.tokenizer_path, run.weights_path):
+        shutil.copy(source, path / source.name)
+    return RunDirectory(path)
+
+
+@pytest.fixture(scope="module")
+def translation_export(trained_run, tmp_path_factory):
+    """`(Translator, OnnxTranslator, export folder)` of the session's trained translation run."""
+    folder = export_run(trained_run.path, tmp_path_factory.mktemp("export") / "onnx")
+    onnx_translator = Translator.from_run(folder, engine="onnx")
+    return Translator.from_run(trained_run.path), onnx_translator, folder
+
+
+@pytest.fixture(scope="module")
+def classification_run(tmp_path_factory):
+    """A tiny sentiment classifier (two epochs) and its export in `RUN/onnx`."""
+    config = ClassificationConfig(labels=["neg", "pos"], **{**TINY, "epochs": 2})
+    run = RunDirectory.create(tmp_path_factory.mktemp("runs") / "sentiment", config)
+    splits = {"train": synthetic_reviews(300, seed=0), "val": synthetic_reviews(30, seed=1)}
+    train_classification(run, splits, verbose=0)
+    export_run(run.path)
+    return run
+
+
+@pytest.fixture(scope="module")
+def language_model_run(tmp_path_factory):
+    """A tiny language model (one epoch on repeated sentences, gelu) and its export."""
+    folder = tmp_path_factory.mktemp("lm")
+    (folder / "text.txt").write_text("the cat sat on the mat\na dog ran over the hill\n" * 60)
+    config = make_config(
+        "language_model",
+        text=str(folder / "text.txt"),
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        dff=32,
+        max_length=16,
+        vocab_size=60,
+        epochs=1,
+    )
+    language_model.train(folder / "run", config, verbose=0)
+    export_run(folder / "run")
+    return RunDirectory(folder / "run")
+
+
+def sources(translator, count: int, seed: int = 0) -> list[list[int]]:
+    """`count` encoded held-out sources of the numbers corpus, of varied lengths."""
+    pairs = load_corpus(translator.config.data)["test"]
+    picked = np.random.default_rng(seed).choice(len(pairs), count, replace=False)
+    return translator.encode_sources([pairs[i][0] for i in picked])
+
+
+def assert_same_scores(keras_steps, onnx_steps, keras_state, onnx_state, tokens):
+    """Six positions of greedy decoding from `tokens` `(n,)`: the ONNX steps' scores within
+    1e-4 of Keras'."""
+    for index in range(6):
+        expected, keras_state = keras_steps.step(tokens, index, keras_state)
+        got, onnx_state = onnx_steps.step(tokens, index, onnx_state)
+        np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
+        tokens = expected.argmax(-1).astype("int32")
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_exported_decoder_step_log_probs_match_keras(translation_export, batch):
+    keras_translator, onnx_translator, _ = translation_export
+    ids = pad_batch(sources(keras_translator, batch, seed=batch), pad_id=0, multiple=1)
+    keras_steps = CachedSteps(keras_translator.model, 10)
+    onnx_steps = onnx_translator.steps
+    tokens = np.full(batch, keras_translator.tokenizer.start_id, "int32")
+    assert_same_scores(
+        keras_steps, onnx_steps, keras_steps.start(ids), onnx_steps.start(ids), tokens
+    )
+
+
+def test_greedy_and_beam_tokens_match_keras(translation_export):
+    keras_translator, onnx_translator, _ = translation_export
+    ids = pad_batch(sources(keras_translator, 24), pad_id=0, multiple=1)
+    options = dict(start_id=1, end_id=2, max_length=keras_translator.max_output_length)
+    keras_steps, onnx_steps = keras_translator.steps, onnx_translator.steps
+    assert greedy_search(onnx_steps, ids, **options) == greedy_search(keras_steps, ids, **options)
+    onnx_beam, onnx_scores = beam_search(onnx_steps, ids, beam_size=4, **options)
+    keras_beam, keras_scores = beam_search(keras_steps, ids, beam_size=4, **options)
+    assert onnx_beam == keras_beam
+    np.testing.assert_allclose(onnx_scores, keras_scores, atol=1e-4)
+    texts = ["three hundred twelve", "", "forty-two thousand six"]
+    assert onnx_translator.translate(texts, beam_size=3) == keras_translator.translate(
+        texts, beam_size=3
+    )
+
+
+def test_exported_classifier_probabilities_match_keras(classification_run):
+    keras_classifier = Classifier.from_run(classification_run.path)
+    onnx_classifier = Classifier.from_run(classification_run.path, engine="onnx")
+    assert isinstance(onnx_classifier, OnnxClassifier)
+    for count, seed in [(1, 4), (7, 5)]:
+        texts = [text for text, _ in synthetic_reviews(count, seed)]
+        expected = keras_classifier.probabilities(texts)
+        np.testing.assert_allclose(onnx_classifier.probabilities(texts), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_exported_language_model_step_logits_match_keras(language_model_run, batch):
+    keras_generator = Generator.from_run(language_model_run.path)
+    onnx_generator = Generator.from_run(language_model_run.path, engine="onnx")
+    assert isinstance(onnx_generator, OnnxGenerator)
+    keras_steps = CachedLanguageModelSteps(keras_generator.model, 8)
+    onnx_steps = OnnxLanguageModelSteps(
+        onnx_generator.step_session, **onnx_generator.cache, max_length=8
+    )
+    tokens = np.full(batch, 2, "int32")  # </s>: a line starts
+    states = keras_steps.start(batch), onnx_steps.start(batch)
+    assert_same_scores(keras_steps, onnx_steps, *states, tokens)
+
+
+def test_generated_text_matches_keras(language_model_run):
+    keras_generator = Generator.from_run(language_model_run.path)
+    onnx_generator = Generator.from_run(language_model_run.path, engine="onnx")
+    prompts = ["the cat", "", "a dog ran"]
+    for options in (dict(temperature=0), dict(temperature=1.0, top_k=10, seed=3)):
+        expected = keras_generator.generate(prompts, max_new_tokens=8, **options)
+        assert onnx_generator.generate(prompts, max_new_tokens=8, **options) == expected
+
+
+def test_onnx_engine_imports_no_framework(
+    translation_export, classification_run, language_model_run, tmp_path
+):
+    folder = str(translation_export[2])
+    script = f"""
+import sys
+from mintransformer import cli
+from mintransformer.classification import Classifier
+from mintransformer.translation import Translator
+print(Translator.from_run({folder!r}, engine="onnx").translate(["five"]))
+print(Classifier.from_run({str(classification_run.path)!r}, engine="onnx").classify(["superb"]))
+cli.main(["generate", "--engine", "onnx", "--run", {str(language_model_run.path)!r}, "the"])
+cli.main(["translate", "--engine", "onnx", "--run", {folder!r}, "nine"])
+print(sorted(m for m in sys.modules if m.split(".")[0] in {FRAMEWORKS!r}))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[]"
+
+
+def test_cli_exports_and_translates_as_keras_does(capsys, trained_run, tmp_path):
+    run = copy_run(trained_run, tmp_path / "run")
+    code, out, err = run_cli(capsys, "export", "--run", run.path)
+    assert code == 0 and (run.path / "onnx" / "manifest.json").is_file(), err
+    texts = ["five", "three hundred twelve"]
+    _, keras_out, _ = run_cli(capsys, "translate", "--run", run.path, "--beam", "3", *texts)
+    code, onnx_out, err = run_cli(
+        capsys, "translate", "--run", run.path, "--beam", "3", "--engine", "onnx", *texts
+    )
+    assert code == 0 and onnx_out == keras_out, err
+
+
+def test_int8_export_is_smaller_and_still_translates(trained_run, tmp_path):
+    fp32 = export_run(trained_run.path, tmp_path / "fp32")
+    int8 = export_run(trained_run.path, tmp_path / "int8", int8=True)
+    for name in ("encoder.onnx", "decoder_step.onnx"):
+        assert (int8 / name).stat().st_size < (fp32 / name).stat().st_size / 2
+    assert json.loads((int8 / "manifest.json").read_text())["int8"] is True
+    assert not list(int8.glob("*.fp32.onnx"))
+    translated = OnnxTranslator.from_run(int8).translate(["five", "three hundred twelve"])
+    assert len(translated) == 2 and all(translated)
+
+
+def test_bad_exports_are_one_line_errors(capsys, trained_run, classification_run, tmp_path):
+    run = copy_run(trained_run, tmp_path / "run")
+    assert run_cli(capsys, "export", "--run", run.path)[0] == 0
+
+    def error(*argv) -> str:
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2 and err.count("\n") == 1, err
+        return err
+
+    translate = ("translate", "--engine", "onnx", "five", "--run")
+    # The run was retrained (here: its config changed) after the export.
+    run.config_path.write_text(run.config_path.read_text() + "\n")
+    assert "exported from another run or other weights" in error(*translate, run.path)
+    manifest = json.loads((run.path / "onnx" / "manifest.json").read_text())
+    (run.path / "onnx" / "manifest.json").write_text(json.dumps({**manifest, "format": 0}))
+    assert "export format 0" in error(*translate, run.path / "onnx")
+    assert "no ONNX export" in error(*translate, trained_run.path)
+    assert "not a translation run" in error(*translate, classification_run.path)
+    run.weights_path.unlink()
+    assert "missing model.npz" in error("export", "--run", run.path)
+
+
+def test_missing_extra_or_backend_is_a_one_line_error(
+    capsys, monkeypatch, trained_run, translation_export
+):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    folder = translation_export[2]
+    code, _, err = run_cli(capsys, "translate", "--engine", "onnx", "--run", folder, "five")
+    assert code == 2 and "pip install mintransformer[export]" in err
+    monkeypatch.setitem(sys.modules, "tf2onnx", None)
+    code, _, err = run_cli(capsys, "export", "--run", trained_run.path)
+    assert code == 2 and "pip install mintransformer[export]" in err
+    monkeypatch.setattr(export.keras.backend, "backend", lambda: "jax")
+    code, _, err = run_cli(capsys, "export", "--run", trained_run.path)
+    assert code == 2 and "KERAS_BACKEND=tensorflow" in err
