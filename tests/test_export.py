@@ -206,6 +206,20 @@ def test_cli_exports_and_translates_as_keras_does(capsys, trained_run, tmp_path)
     assert code == 0 and onnx_out == keras_out, err
 
 
+def test_cli_evaluates_an_export_as_keras_does(capsys, trained_run, tmp_path):
+    run = copy_run(trained_run, tmp_path / "run")
+    export_run(run.path, tmp_path / "exported")
+    evaluate = ["evaluate", "--split", "val", "--verbose", "0"]
+    code, keras_out, err = run_cli(capsys, *evaluate, "--run", run.path)
+    assert code == 0, err
+    code, onnx_out, err = run_cli(
+        capsys, *evaluate, "--run", tmp_path / "exported", "--engine", "onnx"
+    )
+    assert code == 0, err
+    assert "BLEU" in onnx_out
+    assert onnx_out.split("[")[0] == keras_out.split("[")[0]  # all but the time taken
+
+
 def test_int8_export_is_smaller_and_still_translates(trained_run, tmp_path):
     fp32 = export_run(trained_run.path, tmp_path / "fp32")
     int8 = export_run(trained_run.path, tmp_path / "int8", int8=True)

@@ -207,18 +207,26 @@ def evaluate_command(args) -> None:
     from mintransformer.config import ClassificationConfig
     from mintransformer.run import RunDirectory
 
-    config = RunDirectory.open(args.run).config()
+    if args.engine == "onnx":
+        from mintransformer.config import config_from_json
+        from mintransformer.export_folder import ExportFolder
+
+        folder, _ = ExportFolder.open(args.run)
+        config = config_from_json(folder.config_path.read_text(), str(folder.config_path))
+    else:
+        config = RunDirectory.open(args.run).config()
     start = time.perf_counter()
     if isinstance(config, ClassificationConfig):
         from mintransformer.classification import Classifier
 
         if args.data is None:
             raise ValueError("a classification run is evaluated on --data FILE (labelled texts)")
-        result = Classifier.from_run(args.run).evaluate(args.data, progress=args.verbose > 0)
+        classifier = Classifier.from_run(args.run, engine=args.engine)
+        result = classifier.evaluate(args.data, progress=args.verbose > 0)
     else:
         from mintransformer.translation import Translator
 
-        translator = Translator.from_run(args.run)
+        translator = Translator.from_run(args.run, engine=args.engine)
         options = dict(beam_size=args.beam, alpha=args.alpha, progress=args.verbose > 0)
         if args.split:
             result = translator.evaluate_split(args.split, args.output, **options)
@@ -477,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--data", type=Path, help="classification: labelled texts")
     evaluate.add_argument("--output", type=Path, help="write the hypotheses here")
     _add_decoding_flags(evaluate)
+    _add_engine_flag(evaluate)
 
     attention = add(commands, "attention", "plot a trained model's attention", attention_command)
     attention.add_argument("--run", type=Path, required=True)
