@@ -369,6 +369,14 @@ def _add_engine_flag(parser) -> None:
     )
 
 
+def _add_inference_flags(parser, what: str) -> None:
+    """--run, the input and output of `translate` / `classify`, and --engine."""
+    parser.add_argument("--run", type=Path, required=True)
+    _add_input_flags(parser, what)
+    _add_output_flag(parser)
+    _add_engine_flag(parser)
+
+
 def _add_input_flags(parser, what: str) -> None:
     parser.add_argument("text", nargs="*", help=f"{what} (default: --input or stdin)")
     parser.add_argument("--input", type=Path, help=f"file with one of the {what} per line")
@@ -453,17 +461,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parallel_flags(lm)
 
     translate = add(commands, "translate", "translate text with a trained run", translate_command)
-    translate.add_argument("--run", type=Path, required=True)
-    _add_input_flags(translate, "sentences")
-    _add_output_flag(translate)
+    _add_inference_flags(translate, "sentences")
     _add_decoding_flags(translate)
-    _add_engine_flag(translate)
 
     classify = add(commands, "classify", "label text with a trained classifier", classify_command)
-    classify.add_argument("--run", type=Path, required=True)
-    _add_input_flags(classify, "texts")
-    _add_output_flag(classify)
-    _add_engine_flag(classify)
+    _add_inference_flags(classify, "texts")
 
     export = add(commands, "export", "export a run to ONNX (needs TensorFlow)", export_command)
     export.add_argument("--run", type=Path, required=True)
