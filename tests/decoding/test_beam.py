@@ -151,14 +151,56 @@ def model_and_sources():
     return random_transformer(), padded_sources()
 
 
-def test_beam_size_one_equals_greedy(model_and_sources):
+def normalised_log_prob(steps, source, tokens, end_id, max_length, alpha):
+    """The score `beam_search` gives `tokens` (with </s> unless cut at `max_length`)."""
+    path = list(tokens) if len(tokens) == max_length else [*tokens, end_id]
+    state, previous, total = steps.start(source[None]), START, 0.0
+    for index, token in enumerate(path):
+        log_probs, state = steps.step(np.array([previous], "int32"), index, state)
+        total += float(log_probs[0, token])
+        previous = token
+    return total / length_penalty(len(path), alpha)
+
+
+def test_beam_size_one_scores_at_least_as_well_as_greedy(model_and_sources):
     model, sources = model_and_sources
     steps = CachedSteps(model, 12)
+    reference = FullRecomputeSteps(model, 12)
     options = dict(start_id=START, end_id=END, max_length=12)
     greedy = greedy_search(steps, sources, **options)
     for alpha in (0.0, 1.0):
-        beams, _ = beam_search(steps, sources, beam_size=1, alpha=alpha, **options)
-        assert beams == greedy
+        beams, scores = beam_search(steps, sources, beam_size=1, alpha=alpha, **options)
+        for source, greedy_tokens, tokens, score in zip(
+            sources, greedy, beams, scores, strict=True
+        ):
+            args = (END, 12, alpha)
+            assert score == pytest.approx(
+                normalised_log_prob(reference, source, tokens, *args), abs=1e-4
+            )
+            assert score >= normalised_log_prob(reference, source, greedy_tokens, *args) - 1e-4
+
+
+# A confident model: the chain 3 4 5 6 </s> has probability 0.96^4 * 0.98, yet at every step
+# </s> and the junk token 7 rank next. Stopping once `beam_size` hypotheses have finished
+# returned the empty sentence (finished at step 1, p = 0.02) before the chain was written.
+CHAIN = np.full((8, 8), 0.0)
+for _token, _next in [(1, 3), (3, 4), (4, 5), (5, 6)]:
+    CHAIN[_token, [_next, END, 7]] = [0.96, 0.02, 0.02]
+CHAIN[6, [END, 7]] = [0.98, 0.02]
+CHAIN[7, [END, 7]] = [0.5, 0.5]
+CHAIN[END, END] = CHAIN[0, END] = 1.0
+
+
+@pytest.mark.parametrize("beam_size", [2, 3, 5])
+def test_a_confident_model_is_not_cut_short_by_improbable_early_endings(beam_size):
+    steps = TableSteps(CHAIN)
+    source = np.zeros((1, 1), "int32")
+    options = dict(start_id=START, end_id=END, max_length=10)
+    assert greedy_search(steps, source, **options) == [[3, 4, 5, 6]]
+    for alpha in (0.0, 0.6, 1.0):
+        beams, scores = beam_search(steps, source, beam_size=beam_size, alpha=alpha, **options)
+        assert beams == [[3, 4, 5, 6]]
+        assert scores[0] == pytest.approx(steps.score([3, 4, 5, 6]) / length_penalty(5, alpha))
 
 
 def test_cached_and_uncached_beam_search_agree(model_and_sources):

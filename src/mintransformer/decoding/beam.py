@@ -2,12 +2,19 @@
 
 Each source keeps `beam_size` live hypotheses; every step extends them all at
 once (one model call for `batch * beam_size` rows), keeps the best
-`beam_size` continuations per source, and retires those ending in </s>. A source
-is done when it has `beam_size` finished hypotheses; the winner maximises
+`beam_size` continuations per source, and retires those ending in </s>. The
+winner maximises
 
     log P(Y | X) / lp(Y),   lp(Y) = ((5 + |Y|) / 6) ** alpha
 
-With `beam_size=1` this is exactly greedy search. `beam_search` runs
+A source is done when no live hypothesis would beat its best finished one
+(`search_is_over`), not merely when `beam_size` hypotheses have finished: with
+a confident model the first hypotheses to finish are often improbable ones,
+retired by a low-ranked </s>, while the likely one is still being written.
+With `beam_size=1` the search follows the greedy path, so its result scores at
+least as well as greedy search's.
+
+`beam_search` runs
 `compiled_beam` for steps objects with `compiled_loops` (`CachedSteps`): the whole
 search is one compiled call, top-k, retiring of finished hypotheses and cache
 reordering included. Any other steps object (the `FullRecomputeSteps` reference)
@@ -67,6 +74,8 @@ class BeamOptions:
     alpha: float = 0.6
 
     def __post_init__(self):
+        if self.max_length < 1:
+            raise ValueError(f"`max_length` must be >= 1, got {self.max_length}.")
         if self.beam_size < 1:
             raise ValueError(f"`beam_size` must be >= 1, got {self.beam_size}.")
 
@@ -101,32 +110,33 @@ def python_beam(
     steps: Steps, source_ids, options: BeamOptions
 ) -> tuple[list[list[int]], list[float]]:
     """`beam_search`'s Python loop, one `steps.step` per token (any steps object)."""
-    end_id, alpha = options.end_id, options.alpha
-    batch, k = len(source_ids), options.beam_size
+    end_id, alpha, k = options.end_id, options.alpha, options.beam_size
+    batch = len(source_ids)
     state = steps.start(source_ids, repeat=k)
     # Only the first beam of each source is live at the start (all beams are equal).
     scores = np.full((batch, k), -np.inf)
     scores[:, 0] = 0.0
     prefixes = [[[] for _ in range(k)] for _ in range(batch)]
-    finished = [[] for _ in range(batch)]  # (normalised score, tokens)
+    finished = [[] for _ in range(batch)]  # the k best (normalised score, tokens), best first
     tokens = np.full(batch * k, options.start_id, "int32")
+    over, steps_run = np.zeros(batch, bool), 0
     for index in range(options.max_length):
         log_probs, state = steps.step(tokens, index, state)
+        steps_run = index + 1
         vocab = log_probs.shape[-1]
         totals = (scores[:, :, None] + log_probs.reshape(batch, k, vocab)).reshape(batch, -1)
         candidates = top_candidates(totals, 2 * k)
-        keep = np.zeros(batch * k, "int64")
+        keep = np.repeat(np.arange(batch) * k, k)  # an empty slot copies its source's first row
         new_scores = np.full((batch, k), -np.inf)
         new_prefixes = [[[] for _ in range(k)] for _ in range(batch)]
         for b in range(batch):
-            slot = 0
+            slot, ended = 0, []
             for flat in candidates[b]:
                 beam, token, total = flat // vocab, int(flat % vocab), totals[b, flat]
-                if len(finished[b]) >= k or not np.isfinite(total):
+                if not np.isfinite(total):
                     break
                 if token == end_id:
-                    normalised = total / length_penalty(index + 1, alpha)
-                    finished[b].append((normalised, prefixes[b][beam]))
+                    ended.append((total / length_penalty(index + 1, alpha), prefixes[b][beam]))
                     continue
                 keep[b * k + slot] = b * k + beam
                 new_scores[b, slot] = total
@@ -134,22 +144,48 @@ def python_beam(
                 slot += 1
                 if slot == k:
                     break
-            if slot < k:  # this source is done (or ran out of candidates): park its rows
-                keep[b * k + slot : (b + 1) * k] = b * k
-        if all(len(f) >= k for f in finished):
-            break
+            # Stable: on equal scores the hypothesis that finished first stays ahead.
+            finished[b] = sorted(finished[b] + ended, key=lambda item: -item[0])[:k]
         scores, prefixes = new_scores, new_prefixes
+        best = np.array([f[0][0] if f else -np.inf for f in finished])
+        over = search_is_over(best, scores, steps_run, alpha)
+        if over.all():
+            break
         tokens = np.array([p[-1] if p else end_id for row in prefixes for p in row], dtype="int32")
         state = steps.reorder(state, keep)
+    results = []
     for b in range(batch):
-        if len(finished[b]) < k:
-            for slot in range(k):
-                if np.isfinite(scores[b, slot]):
-                    length = len(prefixes[b][slot])
-                    normalised = scores[b, slot] / length_penalty(length, alpha)
-                    finished[b].append((normalised, prefixes[b][slot]))
-    best = [max(f, key=lambda item: item[0]) for f in finished]
-    return [tokens for _, tokens in best], [float(score) for score, _ in best]
+        candidates = list(finished[b])
+        if not (over[b] and candidates):  # max_length cut the search: the live compete too
+            penalty = length_penalty(steps_run, alpha)
+            candidates += [
+                (scores[b, s] / penalty, prefixes[b][s])
+                for s in range(k)
+                if np.isfinite(scores[b, s])
+            ]
+        results.append(max(candidates, key=lambda item: item[0]))
+    return [tokens for _, tokens in results], [float(score) for score, _ in results]
+
+
+def search_is_over(best_finished: np.ndarray, live_scores: np.ndarray, steps_run, alpha):
+    """Per source, whether no live hypothesis ending at the next step would beat its best
+    finished one (`_beam_loop` computes the same in tensors).
+
+    A live hypothesis can only lose probability. With `alpha <= 0` it can therefore
+    never overtake, and the search is exact; with `alpha > 0` a longer one is
+    divided by a larger penalty and might, in principle, still win. Like Hugging
+    Face's default early stopping, the search does not wait for that: waiting
+    until `max_length` would multiply the decoding time for a rare gain.
+
+    Args:
+        best_finished: `(batch,)` best normalised score of a finished hypothesis
+            (-inf where none has finished).
+        live_scores: `(batch, beam)` total log-probabilities of the live hypotheses
+            (-inf for empty slots).
+        steps_run: tokens decoded so far.
+        alpha: the length-penalty exponent.
+    """
+    return best_finished >= live_scores.max(axis=-1) / length_penalty(steps_run + 1, alpha)
 
 
 def compiled_beam(steps, source_ids, options: BeamOptions) -> tuple[list[list[int]], list[float]]:
@@ -169,7 +205,96 @@ def compiled_beam(steps, source_ids, options: BeamOptions) -> tuple[list[list[in
         *(ops.convert_to_tensor(value, "int32") for value in token_settings),
         ops.convert_to_tensor(options.alpha, "float32"),
     )
-    return _best(tuple(ops.convert_to_numpy(value) for value in outputs), options.alpha)
+    return _best(tuple(ops.convert_to_numpy(value) for value in outputs), options)
+
+
+def _beam_loop(steps, beam_size, source_ids, start_id, end_id, max_length, alpha):
+    """The tensors `compiled_beam` compiles: `python_beam`'s loop written in tensors.
+
+    Per step, the `2 * beam_size` best continuations of each source are scanned best
+    first, exactly as `python_beam` does: a </s> continuation ranked before the
+    `beam_size`-th live one is finished, the others fill the live slots in order.
+    The finished hypotheses kept are the `beam_size` best so far, best first. The
+    loop ends when `search_is_over` holds for every source, or at `max_length`.
+
+    Returns:
+        `(steps_run, live_scores (batch, beam), live (batch, beam, T), finished
+        (batch, beam, T), finished_scores, finished_lengths (batch, beam))`:
+        `steps_run` tokens were decoded, live hypotheses hold their total
+        log-probability and finished ones their normalised score (-inf for an
+        empty slot); `T` is `steps.max_length`.
+    """
+    from keras import ops
+
+    k, width = beam_size, steps.max_length
+    batch = ops.shape(source_ids)[0]
+    state = steps.start_tensors(ops.repeat(source_ids, k, axis=0))
+    tokens = ops.full((batch * k,), start_id, "int32")
+    # Only the first beam is live at the start: all beams would be equal.
+    live_scores = ops.concatenate(
+        [ops.zeros((batch, 1)), ops.full((batch, k - 1), float("-inf"))], axis=1
+    )
+    live = ops.full((batch, k, width), end_id, "int32")
+    finished_state = (
+        ops.full((batch, k, width), end_id, "int32"),  # tokens
+        ops.full((batch, k), float("-inf")),  # normalised scores, best first
+        ops.zeros((batch, k), "int32"),  # lengths
+    )
+    row_offsets = ops.arange(batch, dtype="int32")[:, None] * k
+
+    def not_done(index, tokens, state, live_scores, live, finished_state):
+        # `search_is_over`, in tensors.
+        penalty = length_penalty(ops.cast(index + 1, "float32"), alpha)
+        over = finished_state[1][:, 0] >= ops.max(live_scores, axis=-1) / penalty
+        return ops.logical_and(index < max_length, ops.logical_not(ops.all(over)))
+
+    def gather_beams(sequences, beams):
+        beams = ops.repeat(beams[:, :, None], width, axis=2)
+        return ops.take_along_axis(sequences, beams, axis=1)
+
+    def decode_one(index, tokens, state, live_scores, live, finished_state):
+        finished, finished_scores, finished_lengths = finished_state
+        log_probs, state = steps.step_tensors(tokens, index, state)
+        vocab = ops.shape(log_probs)[-1]
+        totals = live_scores[:, :, None] + ops.reshape(log_probs, (batch, k, vocab))
+        top_totals, top = ops.top_k(ops.reshape(totals, (batch, k * vocab)), 2 * k)
+        top = ops.cast(top, "int32")
+        beams, next_tokens = top // vocab, top % vocab
+        is_end = next_tokens == end_id
+        lives_before = ops.cumsum(ops.cast(ops.logical_not(is_end), "int32"), axis=1)
+        lives_before = lives_before - ops.cast(ops.logical_not(is_end), "int32")
+        # The Python loop stops scanning once the live slots are full.
+        scanned = ops.logical_and(lives_before < k, ops.isfinite(top_totals))
+
+        # Finished: the k best of those kept so far and this step's, old ones first on ties.
+        ended = ops.where(
+            ops.logical_and(scanned, is_end),
+            top_totals / length_penalty(ops.cast(index + 1, "float32"), alpha),
+            float("-inf"),
+        )
+        finished_scores, chosen = ops.top_k(ops.concatenate([finished_scores, ended], axis=1), k)
+        chosen = ops.cast(chosen, "int32")
+        candidates = ops.concatenate([finished, gather_beams(live, beams)], axis=1)
+        finished = gather_beams(candidates, chosen)
+        lengths = ops.concatenate(
+            [finished_lengths, ops.full((batch, 2 * k), index, "int32")], axis=1
+        )
+        finished_lengths = ops.take_along_axis(lengths, chosen, axis=1)
+
+        to_live = _select(ops.logical_and(scanned, ops.logical_not(is_end)), lives_before, k)
+        filled = ops.any(to_live, axis=-1)
+        live_scores = ops.where(filled, _pick(to_live, top_totals), float("-inf"))
+        parents = _pick(to_live, beams)
+        tokens = ops.where(filled, _pick(to_live, next_tokens), end_id)
+        live = ops.slice_update(gather_beams(live, parents), (0, 0, index), tokens[:, :, None])
+        state = steps.reorder_tensors(state, ops.reshape(parents + row_offsets, (-1,)))
+        finished_state = (finished, finished_scores, finished_lengths)
+        return index + 1, ops.reshape(tokens, (-1,)), state, live_scores, live, finished_state
+
+    index = ops.convert_to_tensor(0, "int32")
+    loop_vars = (index, tokens, state, live_scores, live, finished_state)
+    index, _, _, live_scores, live, finished_state = ops.while_loop(not_done, decode_one, loop_vars)
+    return (index, live_scores, live, *finished_state)
 
 
 def _select(chosen, slot_of_candidate, slots: int):
@@ -189,102 +314,20 @@ def _pick(one_hot, values):
     return ops.sum(ops.where(one_hot, values[:, None, :], 0), axis=-1)
 
 
-def _beam_loop(steps, beam_size, source_ids, start_id, end_id, max_length, alpha):
-    """The tensors `compiled_beam` compiles: `python_beam`'s loop written in tensors.
-
-    Per step, the `2 * beam_size` best continuations of each source are scanned best
-    first, exactly as `python_beam` does: a </s> continuation is finished (while the
-    source has fewer than `beam_size` finished), any other fills the next live slot,
-    and the scan stops when the live slots are full. A source is done once it has
-    `beam_size` finished hypotheses.
-
-    Returns:
-        `(steps_run, live_scores (batch, beam), live (batch, beam, T), finished
-        (batch, beam, T), finished_scores, finished_lengths (batch, beam),
-        finished_count (batch,))`: `steps_run` tokens were decoded, live hypotheses
-        hold their total log-probability and finished ones their normalised score;
-        the first `finished_count` finished slots of a source are filled, in the
-        order they finished; `T` is `steps.max_length`.
-    """
-    from keras import ops
-
-    k, width = beam_size, steps.max_length
-    batch = ops.shape(source_ids)[0]
-    state = steps.start_tensors(ops.repeat(source_ids, k, axis=0))
-    tokens = ops.full((batch * k,), start_id, "int32")
-    # Only the first beam is live at the start: all beams would be equal.
-    live_scores = ops.concatenate(
-        [ops.zeros((batch, 1)), ops.full((batch, k - 1), float("-inf"))], axis=1
-    )
-    live = ops.full((batch, k, width), end_id, "int32")
-    finished_state = (
-        ops.full((batch, k, width), end_id, "int32"),  # tokens
-        ops.full((batch, k), float("-inf")),  # normalised scores
-        ops.zeros((batch, k), "int32"),  # lengths
-        ops.zeros((batch,), "int32"),  # how many slots of each source are filled
-    )
-    row_offsets = ops.arange(batch, dtype="int32")[:, None] * k
-
-    def not_done(index, tokens, state, live_scores, live, finished_state):
-        return ops.logical_and(index < max_length, ops.any(finished_state[-1] < k))
-
-    def gather_beams(sequences, beams):
-        beams = ops.repeat(beams[:, :, None], width, axis=2)
-        return ops.take_along_axis(sequences, beams, axis=1)
-
-    def decode_one(index, tokens, state, live_scores, live, finished_state):
-        finished, finished_scores, finished_lengths, finished_count = finished_state
-        log_probs, state = steps.step_tensors(tokens, index, state)
-        vocab = ops.shape(log_probs)[-1]
-        totals = live_scores[:, :, None] + ops.reshape(log_probs, (batch, k, vocab))
-        top_totals, top = ops.top_k(ops.reshape(totals, (batch, k * vocab)), 2 * k)
-        top = ops.cast(top, "int32")
-        beams, next_tokens = top // vocab, top % vocab
-        is_end = next_tokens == end_id
-        ends_before = ops.cumsum(ops.cast(is_end, "int32"), axis=1) - ops.cast(is_end, "int32")
-        lives_before = ops.arange(2 * k, dtype="int32")[None, :] - ends_before
-        finished_slot = finished_count[:, None] + ends_before
-        # The Python loop's stop conditions only tighten along the sorted candidates,
-        # so the candidates it looks at are those meeting all three here.
-        scanned = ops.logical_and(
-            ops.logical_and(lives_before < k, finished_slot < k), ops.isfinite(top_totals)
-        )
-        to_finish = _select(ops.logical_and(scanned, is_end), finished_slot, k)
-        to_live = _select(ops.logical_and(scanned, ops.logical_not(is_end)), lives_before, k)
-
-        new = ops.any(to_finish, axis=-1)
-        normalised = top_totals / length_penalty(ops.cast(index + 1, "float32"), alpha)
-        finished_scores = ops.where(new, _pick(to_finish, normalised), finished_scores)
-        finished_lengths = ops.where(new, index, finished_lengths)
-        finished = ops.where(new[:, :, None], gather_beams(live, _pick(to_finish, beams)), finished)
-        finished_count = finished_count + ops.sum(ops.cast(new, "int32"), axis=1)
-
-        filled = ops.any(to_live, axis=-1)
-        live_scores = ops.where(filled, _pick(to_live, top_totals), float("-inf"))
-        parents = _pick(to_live, beams)
-        tokens = ops.where(filled, _pick(to_live, next_tokens), end_id)
-        live = ops.slice_update(gather_beams(live, parents), (0, 0, index), tokens[:, :, None])
-        state = steps.reorder_tensors(state, ops.reshape(parents + row_offsets, (-1,)))
-        finished_state = (finished, finished_scores, finished_lengths, finished_count)
-        return index + 1, ops.reshape(tokens, (-1,)), state, live_scores, live, finished_state
-
-    index = ops.convert_to_tensor(0, "int32")
-    loop_vars = (index, tokens, state, live_scores, live, finished_state)
-    index, _, _, live_scores, live, finished_state = ops.while_loop(not_done, decode_one, loop_vars)
-    return (index, live_scores, live, *finished_state)
-
-
-def _best(outputs, alpha: float) -> tuple[list[list[int]], list[float]]:
+def _best(outputs, options: BeamOptions) -> tuple[list[list[int]], list[float]]:
     """`beam_search`'s result from `_beam_loop`'s arrays (the choice `python_beam` makes)."""
-    steps_run, live_scores, live, finished, finished_scores, finished_lengths, counts = outputs
+    steps_run, live_scores, live, finished, finished_scores, finished_lengths = outputs
+    steps_run = int(steps_run)
+    over = search_is_over(finished_scores[:, 0], live_scores, steps_run, options.alpha)
+    penalty = length_penalty(steps_run, options.alpha)
     sequences, scores = [], []
-    for b, count in enumerate(counts):
+    for b in range(len(live_scores)):
         candidates = [
             (float(finished_scores[b, s]), finished[b, s, : finished_lengths[b, s]].tolist())
-            for s in range(count)
+            for s in range(live_scores.shape[1])
+            if np.isfinite(finished_scores[b, s])
         ]
-        if count < live_scores.shape[1]:
-            penalty = length_penalty(int(steps_run), alpha)
+        if not (over[b] and candidates):  # max_length cut the search: the live compete too
             candidates += [
                 (float(score) / penalty, live[b, s, :steps_run].tolist())
                 for s, score in enumerate(live_scores[b])
