@@ -167,7 +167,7 @@ def seed_global_generators(seed: int) -> None:
 
 def start_data_parallel(
     devices: int | None, coordinator: str | None, num_processes: int, process_id: int
-) -> tuple[int, int, int]:
+) -> None:
     """Replicates models built from now on over the devices, with `keras.distribution`.
 
     JAX only: Keras 3's distribution runs on JAX's collectives (on TensorFlow it
@@ -179,9 +179,6 @@ def start_data_parallel(
         coordinator: "HOST:PORT" of process 0, with several processes.
         num_processes: processes in the job.
         process_id: this process's index.
-
-    Returns:
-        `(devices in the job, processes, this process's index)`.
 
     Raises:
         ValueError: on another backend, or if JAX sees fewer devices than asked for.
@@ -215,4 +212,15 @@ def start_data_parallel(
     keras.distribution.set_distribution(
         keras.distribution.DataParallel(devices=mesh_devices, auto_shard_dataset=False)
     )
-    return len(mesh_devices), jax.process_count(), jax.process_index()
+
+
+def data_parallel_layout() -> tuple[int, int, int] | None:
+    """`(devices in the job, processes, this process's index)` of the data-parallel
+    distribution in force (`start_data_parallel`); None without one."""
+    distribution = keras.distribution.distribution()
+    if not isinstance(distribution, keras.distribution.DataParallel):
+        return None
+    import jax  # a DataParallel distribution runs only on JAX (`start_data_parallel`)
+
+    devices = int(np.prod(distribution.device_mesh.shape))
+    return devices, jax.process_count(), jax.process_index()

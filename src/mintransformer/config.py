@@ -126,7 +126,7 @@ class TranslationConfig(_Config):
     # training
     epochs: int = setting(20, "training epochs")
     max_tokens: int = setting(4096, "padded tokens per batch")
-    warmup_steps: int = setting(600, "learning-rate warm-up steps")
+    warmup_steps: int = setting(400, "learning-rate warm-up steps")
     peak_learning_rate: float = setting(1e-3, "highest learning rate, after warm-up")
     label_smoothing: float = setting(0.1, "label smoothing")
     average_last: int = setting(2, "average the last N epoch checkpoints into the result")

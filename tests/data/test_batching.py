@@ -63,6 +63,7 @@ def test_dataset_batches_respect_budget_and_cover_all_examples() -> None:
     for index in range(len(data)):
         (enc, dec), _ = data[index]
         assert enc.shape[0] * max(enc.shape[1], dec.shape[1]) <= 400
+        assert data.rows(index) == enc.shape[0]
         seen.extend(data.batch_indices(index))
     assert sorted(seen) == list(range(data.num_examples)) == list(range(200))
 

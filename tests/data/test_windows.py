@@ -12,5 +12,6 @@ def test_windows_cover_every_next_token_pair_once():
     batches = WindowBatches(np.arange(50)[:, None].repeat(7, 1), 16, shuffle=True, seed=3)
     sizes = [len(batches[i][0]) for i in range(len(batches))]
     assert sizes == [2, 16, 16, 16]  # the odd batch first (see WindowBatches)
+    assert [batches.rows(i) for i in range(len(batches))] == sizes
     seen = np.concatenate([batches[i][0][:, 0] for i in range(len(batches))])
     assert sorted(seen.tolist()) == list(range(50))

@@ -143,14 +143,17 @@ class _Rows:
 
     epoch = 0
 
-    def __init__(self, rows: int):
-        self.rows = rows
+    def __init__(self, count: int):
+        self.count = count
 
     def __len__(self):
         return 1
 
+    def rows(self, index):
+        return self.count
+
     def __getitem__(self, index):
-        ids = np.arange(1, 1 + self.rows * 3).reshape(self.rows, 3)
+        ids = np.arange(1, 1 + self.count * 3).reshape(self.count, 3)
         return (ids, ids + 100), ids + 200
 
 
@@ -169,6 +172,17 @@ def test_sharded_batches_pad_rows_and_split_them_between_processes(processes):
     np.testing.assert_array_equal(source[:5], _Rows(5)[0][0][0])
     assert not source[5:].any()  # three padding rows of pad_id
     np.testing.assert_array_equal(weights, [1, 1, 1, 1, 1, 0, 0, 0])
+
+
+class _Unbuilt(_Rows):
+    def __getitem__(self, index):
+        raise AssertionError("the padding summary must not build batches")
+
+
+@pytest.mark.core
+def test_the_padding_summary_counts_rows_without_building_batches():
+    summary = ShardedBatches(_Unbuilt(5), Shards(4, 1, 0), pad_id=0).padding_summary()
+    assert "4 devices in 1 process(es); 3 padding rows added to 5 (60.0%)" in summary
 
 
 @pytest.mark.core

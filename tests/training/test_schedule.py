@@ -97,6 +97,15 @@ def test_the_optimizer_uses_the_configs_schedule_fitted_to_the_run():
     assert (short.warmup_steps, short.total_steps) == (19, 20)
 
 
+def test_a_warm_up_cut_to_fit_the_run_is_announced(capsys):
+    optimizer_schedule(TranslationConfig(warmup_steps=600, epochs=3), steps_per_epoch=113)
+    assert (
+        "warm-up: 339 steps, not 600: cut to fit 3 epoch(s) of 113 steps" in capsys.readouterr().out
+    )
+    optimizer_schedule(TranslationConfig(warmup_steps=300, epochs=3), steps_per_epoch=113)
+    assert "warm-up" not in capsys.readouterr().out
+
+
 def test_the_tutorial_name_is_the_noam_schedule():
     assert CustomSchedule is NoamSchedule
     restored = keras.optimizers.schedules.deserialize(

@@ -109,6 +109,10 @@ class _LengthBuckets(keras.utils.PyDataset):
     def __len__(self) -> int:
         return len(self._batches)
 
+    def rows(self, index: int) -> int:
+        """How many examples batch `index` holds (without building it)."""
+        return len(self._batch(index))
+
     def set_epoch(self, epoch: int) -> None:
         """Draws the batches of `epoch` (seed ``seed + epoch``), e.g. when resuming training."""
         self.epoch = epoch

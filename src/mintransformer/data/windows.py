@@ -67,6 +67,10 @@ class WindowBatches(keras.utils.PyDataset):
     def __len__(self) -> int:
         return len(self._batches)
 
+    def rows(self, index: int) -> int:
+        """How many windows batch `index` holds (without building it)."""
+        return len(self._batches[index])
+
     def token_counts(self, index: int) -> tuple[int, int]:
         """`(real, padded)` input tokens of batch `index`: windows have no padding."""
         tokens = len(self._batches[index]) * (self.windows.shape[1] - 1)

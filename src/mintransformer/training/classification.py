@@ -107,10 +107,9 @@ def train(
     Returns:
         the model, its tokenizer, and the accuracy on the test split (None without one).
     """
-    with RunDirectory(path).lock():
-        run, config, splits = loop.open_run(
-            path, config, ClassificationConfig, resume, overwrite, _load_data, data_parallel
-        )
+    with loop.open_run(
+        path, config, ClassificationConfig, resume, overwrite, _load_data, data_parallel
+    ) as (run, config, splits):
         counts = ", ".join(f"{k} {len(v):,} texts" for k, v in splits.items())
         print(f"data: {counts}; classes {config.labels}")
         model, tokenizer = train_classification(run, splits, resume=resume, verbose=verbose)

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 
 from mintransformer import checks
-from mintransformer.backend_adapter import start_data_parallel
+from mintransformer.backend_adapter import data_parallel_layout, start_data_parallel
 
 _HOST_PORT = re.compile(r"^[^:\s]+:\d{1,5}$")
 
@@ -69,27 +69,21 @@ class Shards:
     process_index: int
 
 
-def start(options: DataParallel) -> Shards:
+def start(options: DataParallel) -> None:
     """Sets `keras.distribution` to data parallelism over the devices of `options`.
 
     Raises:
         ValueError: on a backend other than JAX, or with fewer devices than asked for.
     """
-    devices, processes, index = start_data_parallel(
+    start_data_parallel(
         options.devices, options.coordinator, options.num_processes, options.process_id
     )
-    return Shards(devices, processes, index)
 
 
 def current_shards() -> Shards | None:
     """The `Shards` of the data-parallel distribution in force, if one is."""
-    distribution = keras.distribution.distribution()
-    if not isinstance(distribution, keras.distribution.DataParallel):
-        return None
-    import jax  # a DataParallel distribution runs only on JAX (`start`)
-
-    devices = int(np.prod(distribution.device_mesh.shape))
-    return Shards(devices, jax.process_count(), jax.process_index())
+    layout = data_parallel_layout()
+    return None if layout is None else Shards(*layout)
 
 
 class ShardedBatches(keras.utils.PyDataset):
@@ -98,7 +92,7 @@ class ShardedBatches(keras.utils.PyDataset):
     Args:
         dataset: a `PyDataset` of `(inputs, targets)` batches whose arrays all have
             the batch (rows) first; its `set_epoch`, `epoch` and `token_counts`
-            pass through.
+            pass through, and `rows(i)` counts the rows of batch i.
         shards: the devices and processes the rows are spread over.
         pad_id: the value of the padding rows (of inputs and targets alike).
         weight_rows: also return per-row sample weights, 0 on padding rows, for
@@ -154,7 +148,7 @@ class ShardedBatches(keras.utils.PyDataset):
 
     def padding_summary(self) -> str:
         """How many rows of the current epoch are padding, in words."""
-        rows = [len(self.dataset[i][1]) for i in range(len(self.dataset))]
+        rows = [self.dataset.rows(i) for i in range(len(self.dataset))]
         added = sum(self.padded_rows(r) for r in rows) - sum(rows)
         return (
             f"data parallel: {self.shards.devices} devices in {self.shards.processes} "

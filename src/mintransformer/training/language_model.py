@@ -65,6 +65,10 @@ def train_language_model(
     return loop.build_and_fit(run, config, tokenizer, train, val, resume, verbose), tokenizer
 
 
+def _load_data(config: LanguageModelConfig):
+    return read_text(config.text)
+
+
 def train(
     path: str | Path,
     config: LanguageModelConfig | None = None,
@@ -78,15 +82,8 @@ def train(
 
     `data_parallel` trains on several devices (JAX; `training.data_parallel`).
     """
-    with RunDirectory(path).lock():
-        run, config, lines = loop.open_run(
-            path,
-            config,
-            LanguageModelConfig,
-            resume,
-            overwrite,
-            lambda c: read_text(c.text),
-            data_parallel,
-        )
+    with loop.open_run(
+        path, config, LanguageModelConfig, resume, overwrite, _load_data, data_parallel
+    ) as (run, config, lines):
         print(f"data: {len(lines):,} lines of {config.text}")
         return train_language_model(run, lines, resume=resume, verbose=verbose)

@@ -4,12 +4,12 @@ A trainer (`training.translation`, `training.classification`,
 `training.language_model`) reads its data, builds batches and a model, then
 hands them to `fit`:
 
-    run, config, data = open_run(path, config, ConfigClass, resume, overwrite, load_data)
-    config = start(run, ConfigClass)
-    tokenizer = prepare_tokenizer(run, texts, resume, vocab_size=...)
-    model = build_model(config, tokenizer.vocab_size)
-    compile_for_training(model, config, len(train))
-    fit(run, model, train, val, config, resume)
+    with open_run(path, config, ConfigClass, resume, overwrite, load_data) as (run, config, data):
+        config = start(run, ConfigClass)
+        tokenizer = prepare_tokenizer(run, texts, resume, vocab_size=...)
+        model = build_model(config, tokenizer.vocab_size)
+        compile_for_training(model, config, len(train))
+        fit(run, model, train, val, config, resume)
 
 `fit` checkpoints every epoch (weights, optimizer slots and dropout-seed state),
 re-seeds every epoch so that a resumed run repeats the uninterrupted one exactly,
@@ -20,10 +20,11 @@ and with a time budget (`config.minutes`) stops when the budget is spent.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from mintransformer.training.schedule import warmup_schedule
 from mintransformer.training.stream import EpochStream
 
 
+@contextlib.contextmanager
 def open_run(
     path: str | Path,
     config: RunConfig | None,
@@ -55,34 +57,36 @@ def open_run(
     overwrite: bool,
     load_data: Callable[[RunConfig], Any],
     data_parallel: DataParallel | None = None,
-) -> tuple[RunDirectory, RunConfig, Any]:
-    """The run directory to train in, its config and its data.
+) -> Iterator[tuple[RunDirectory, RunConfig, Any]]:
+    """The run directory to train in, its config and its data, locked for the block.
 
-    With `resume` the config is the run's own; otherwise `config` is written to a
-    new run directory. The data are loaded first, so bad data leave no run behind.
-    `load_data` may complete the config (e.g. the class names) before it is saved.
-    With `data_parallel`, the models built from now on are replicated over its
-    devices (`training.data_parallel`).
+    No other process can train in the run directory within the block
+    (`RunDirectory.lock`). With `resume` the config is the run's own; otherwise
+    `config` is written to a new run directory. The data are loaded first, so bad
+    data leave no run behind; `load_data` may complete the config (e.g. the class
+    names) before it is saved. With `data_parallel`, the models built from now on
+    are replicated over its devices (`training.data_parallel`).
     """
-    print(configure_threads())
-    if data_parallel is not None:
-        data_parallel_start(data_parallel)
-    if resume:
-        run = RunDirectory.to_resume(path)
-        config = run.config(config_class)
-    elif not isinstance(config, config_class):
-        raise ValueError(f"a new run needs a {config_class.__name__}, got {config!r}")
-    if data_parallel is not None and data_parallel.num_processes > 1 and config.minutes:
-        raise ValueError(
-            "a time budget (--minutes) cannot end a run of several processes: each would "
-            "stop at its own step. Give --epochs instead."
-        )
-    if hasattr(config, "mixed_precision"):
-        print(choose_precision(config.mixed_precision)[1])
-    data = load_data(config)
-    if not resume:
-        run = RunDirectory.create(path, config, overwrite=overwrite)
-    return run, config, data
+    with RunDirectory(path).lock():
+        print(configure_threads())
+        if data_parallel is not None:
+            data_parallel_start(data_parallel)
+        if resume:
+            run = RunDirectory.to_resume(path)
+            config = run.config(config_class)
+        elif not isinstance(config, config_class):
+            raise ValueError(f"a new run needs a {config_class.__name__}, got {config!r}")
+        if data_parallel is not None and data_parallel.num_processes > 1 and config.minutes:
+            raise ValueError(
+                "a time budget (--minutes) cannot end a run of several processes: each would "
+                "stop at its own step. Give --epochs instead."
+            )
+        if hasattr(config, "mixed_precision"):
+            print(choose_precision(config.mixed_precision)[1])
+        data = load_data(config)
+        if not resume:
+            run = RunDirectory.create(path, config, overwrite=overwrite)
+        yield run, config, data
 
 
 def start(run: RunDirectory, config_class: type[RunConfig]) -> RunConfig:
@@ -107,13 +111,21 @@ def prepare_tokenizer(
 def warmup_adam(config: RunConfig, steps_per_epoch: int) -> keras.optimizers.Adam:
     """Adam(0.9, 0.98, 1e-9) on the config's warm-up schedule ("noam" unless the config
     has a `schedule`), peaking at `config.peak_learning_rate` after `config.warmup_steps`."""
+    total_steps = config.epochs * steps_per_epoch
     schedule = warmup_schedule(
         getattr(config, "schedule", "noam"),
         config.d_model,
         config.peak_learning_rate,
         config.warmup_steps,
-        config.epochs * steps_per_epoch,
+        total_steps,
     )
+    if schedule.warmup_steps < config.warmup_steps:
+        # A shorter warm-up trains a different model: say so, since it is easy to miss
+        # that --epochs (not only --warmup-steps) sets it.
+        print(
+            f"warm-up: {schedule.warmup_steps} steps, not {config.warmup_steps}: cut to fit "
+            f"{config.epochs} epoch(s) of {steps_per_epoch} steps"
+        )
     return keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
 
 

@@ -59,6 +59,10 @@ def train_translation(
     return loop.build_and_fit(run, config, tokenizer, train, val, resume, verbose), tokenizer
 
 
+def _load_data(config: TranslationConfig):
+    return load_corpus(config.data)
+
+
 def train(
     path: str | Path,
     config: TranslationConfig | None = None,
@@ -75,16 +79,9 @@ def train(
     Returns:
         the trained model, its tokenizer and the corpus splits it was trained on.
     """
-    with RunDirectory(path).lock():
-        run, config, splits = loop.open_run(
-            path,
-            config,
-            TranslationConfig,
-            resume,
-            overwrite,
-            lambda c: load_corpus(c.data),
-            data_parallel,
-        )
+    with loop.open_run(
+        path, config, TranslationConfig, resume, overwrite, _load_data, data_parallel
+    ) as (run, config, splits):
         print(f"data: {', '.join(f'{k} {len(v):,} pairs' for k, v in splits.items())}")
         model, tokenizer = train_translation(run, splits, resume=resume, verbose=verbose)
         return model, tokenizer, splits
