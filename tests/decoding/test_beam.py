@@ -182,7 +182,7 @@ def test_beam_size_one_scores_at_least_as_well_as_greedy(model_and_sources):
 
 # A confident model: the chain 3 4 5 6 </s> has probability 0.96^4 * 0.98, yet at every step
 # </s> and the junk token 7 rank next. Stopping once `beam_size` hypotheses have finished
-# returned the empty sentence (finished at step 1, p = 0.02) before the chain was written.
+# returned the chain cut short, [3] or [3, 4] then </s> (p about 0.02), before it was written.
 CHAIN = np.full((8, 8), 0.0)
 for _token, _next in [(1, 3), (3, 4), (4, 5), (5, 6)]:
     CHAIN[_token, [_next, END, 7]] = [0.96, 0.02, 0.02]
