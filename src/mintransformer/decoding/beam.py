@@ -261,8 +261,9 @@ def _beam_loop(steps, beam_size, source_ids, start_id, end_id, max_length, alpha
         top = ops.cast(top, "int32")
         beams, next_tokens = top // vocab, top % vocab
         is_end = next_tokens == end_id
-        lives_before = ops.cumsum(ops.cast(ops.logical_not(is_end), "int32"), axis=1)
-        lives_before = lives_before - ops.cast(ops.logical_not(is_end), "int32")
+        continues = ops.logical_not(is_end)
+        lives = ops.cast(continues, "int32")
+        lives_before = ops.cumsum(lives, axis=1) - lives
         # The Python loop stops scanning once the live slots are full.
         scanned = ops.logical_and(lives_before < k, ops.isfinite(top_totals))
 
@@ -281,7 +282,7 @@ def _beam_loop(steps, beam_size, source_ids, start_id, end_id, max_length, alpha
         )
         finished_lengths = ops.take_along_axis(lengths, chosen, axis=1)
 
-        to_live = _select(ops.logical_and(scanned, ops.logical_not(is_end)), lives_before, k)
+        to_live = _select(ops.logical_and(scanned, continues), lives_before, k)
         filled = ops.any(to_live, axis=-1)
         live_scores = ops.where(filled, _pick(to_live, top_totals), float("-inf"))
         parents = _pick(to_live, beams)
