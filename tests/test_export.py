@@ -26,6 +26,7 @@ from mintransformer.decoding.steps import CachedLanguageModelSteps, CachedSteps 
 from mintransformer.export import export_run  # noqa: E402
 from mintransformer.generation import Generator  # noqa: E402
 from mintransformer.onnx_engine import (  # noqa: E402
+    KeyValueCache,
     OnnxClassifier,
     OnnxGenerator,
     OnnxLanguageModelSteps,
@@ -139,6 +140,59 @@ def test_greedy_and_beam_tokens_match_keras(translation_export):
     )
 
 
+def test_step_graph_normalises_with_one_op_and_returns_only_the_new_slot(translation_export):
+    import onnx
+
+    keras_translator, _, folder = translation_export
+    graph = onnx.load(folder / "decoder_step.onnx").graph
+    op_types = [node.op_type for node in graph.node]
+    decoder = keras_translator.model.decoder
+    layers = len(decoder.blocks)
+    norms = [x for x in decoder._flatten_layers() if isinstance(x, keras.layers.LayerNormalization)]
+    assert op_types.count("LayerNormalization") == len(norms) >= 3 * layers
+    assert "GlobalAveragePool" not in op_types
+    assert [i.name for i in graph.input][-layers:] == [f"cache_{i + 1}" for i in range(layers)]
+    new_slot = graph.output[1].type.tensor_type.shape
+    assert len(new_slot.dim) == 5  # (layers, 2, n, heads, depth), no cache length
+
+
+def test_fused_layer_norm_matches_keras(tmp_path):
+    norms = [keras.layers.LayerNormalization(epsilon=1e-3) for _ in range(2)]
+    rng = np.random.default_rng(0)
+    for norm in norms:
+        norm.build((None, None, 12))
+        norm.set_weights([rng.normal(size=12), rng.normal(size=12)])
+
+    def two_norms(x):
+        return norms[1](norms[0](x) * 2.0)
+
+    export.write_graphs({"norms.onnx": (two_norms, [("x", (None, None, 12), "float32")])}, tmp_path)
+    import onnx
+    import onnxruntime
+
+    graph = onnx.load(tmp_path / "norms.onnx").graph
+    assert [node.op_type for node in graph.node].count("LayerNormalization") == 2
+    x = rng.normal(size=(3, 5, 12)).astype("float32") * 4 + 1
+    got = onnxruntime.InferenceSession(tmp_path / "norms.onnx").run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, keras.ops.convert_to_numpy(two_norms(x)), atol=1e-5)
+
+
+def test_key_value_cache_writes_slots_in_place_and_reorders_rows():
+    cache = KeyValueCache(layers=2, heads=3, depth=4, rows=2, max_length=5)
+    before = [id(array) for array in cache.arrays]
+    new = np.arange(2 * 2 * 2 * 3 * 4, dtype="float32").reshape(2, 2, 2, 3, 4)
+    assert cache.write(new, 3) is cache
+    assert [id(array) for array in cache.arrays] == before
+    for layer, array in enumerate(cache.arrays):
+        np.testing.assert_array_equal(array[:, :, :, 3], new[layer])
+        assert not array[:, :, :, [0, 1, 2, 4]].any()
+    reordered = cache.reorder(np.array([1, 1, 0]))
+    assert reordered.arrays[0].shape == (2, 3, 3, 5, 4)
+    np.testing.assert_array_equal(reordered.arrays[1][:, 0], cache.arrays[1][:, 1])
+    reordered.write(np.zeros((2, 2, 3, 3, 4), "float32"), 3)
+    assert cache.arrays[0][:, :, :, 3].any()  # the parent cache is untouched
+
+
 def test_exported_classifier_probabilities_match_keras(classification_run):
     keras_classifier = Classifier.from_run(classification_run.path)
     onnx_classifier = Classifier.from_run(classification_run.path, engine="onnx")
@@ -204,6 +258,32 @@ def test_cli_exports_and_translates_as_keras_does(capsys, trained_run, tmp_path)
         capsys, "translate", "--run", run.path, "--beam", "3", "--engine", "onnx", *texts
     )
     assert code == 0 and onnx_out == keras_out, err
+
+
+def test_end_to_end_benchmark_reports_startup_passes_and_equal_bleu(trained_run, tmp_path):
+    from benchmarks import translate_end_to_end
+
+    run = copy_run(trained_run, tmp_path / "run")
+    export_run(run.path)
+    pairs = load_corpus(Translator.from_run(run.path).config.data)["test"][:40]
+    (tmp_path / "src.txt").write_text("\n".join(source for source, _ in pairs) + "\n")
+    (tmp_path / "ref.txt").write_text("\n".join(target for _, target in pairs) + "\n")
+    report_path = tmp_path / "report.json"
+    translate_end_to_end.main(
+        [
+            *("--run", str(run.path), "--src", str(tmp_path / "src.txt")),
+            *("--ref", str(tmp_path / "ref.txt"), "--batches", "1,4"),
+            *("--engines", "keras,onnx", "--json", str(report_path)),
+        ]
+    )
+    results = json.loads(report_path.read_text())["results"]
+    assert [r["engine"] for r in results] == ["keras", "onnx"]
+    for result in results:
+        assert result["startup_s"] > 0
+        passes = [(p["batch"], p["pass"]) for p in result["passes"]]
+        assert passes == [(1, "first"), (1, "again"), (4, "first"), (4, "again")]
+    keras_scores, onnx_scores = ([(p["bleu"], p["chrf"]) for p in r["passes"]] for r in results)
+    assert onnx_scores == keras_scores and keras_scores[0][1] > 0
 
 
 def test_cli_evaluates_an_export_as_keras_does(capsys, trained_run, tmp_path):

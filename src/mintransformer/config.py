@@ -125,8 +125,11 @@ class TranslationConfig(_Config):
     vocab_size: int = setting(8000, "joint BPE vocabulary size")
     # training
     epochs: int = setting(20, "training epochs")
-    max_tokens: int = setting(4096, "padded tokens per batch")
-    warmup_steps: int = setting(400, "learning-rate warm-up steps")
+    # Smaller batches learn more per minute on a CPU: in 60 minutes on Multi30k EN->FR,
+    # 2,560-token batches (640 warm-up steps, the same tokens) reached val BLEU 53.18
+    # against 52.31 for 4,096 (400): docs/training.md.
+    max_tokens: int = setting(2560, "padded tokens per batch")
+    warmup_steps: int = setting(640, "learning-rate warm-up steps")
     peak_learning_rate: float = setting(1e-3, "highest learning rate, after warm-up")
     label_smoothing: float = setting(0.1, "label smoothing")
     average_last: int = setting(2, "average the last N epoch checkpoints into the result")

@@ -29,7 +29,7 @@ from mintransformer.run import CONFIG, TOKENIZER, RunDirectory
 # "keras": the run's weights in our layers; "onnx": its export on onnxruntime, without Keras.
 ENGINES = ("keras", "onnx")
 # Bumped whenever the graphs' inputs or outputs change.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 DEFAULT_FOLDER = "onnx"
 GRAPHS = {

@@ -25,7 +25,7 @@ from mintransformer.generation import Generator
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.translation import Translator
 
-State = tuple[np.ndarray, np.ndarray, np.ndarray]
+State = tuple[list[np.ndarray], np.ndarray, np.ndarray]
 
 
 def inference_session(path: str | Path):
@@ -51,13 +51,48 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+class KeyValueCache:
+    """The self-attention cache of an exported step graph, kept in NumPy between steps.
+
+    One float32 array `(2, n, heads, max_length, depth)` per layer, fed to the graph as
+    `cache_1 ... cache_L`. The graph returns only the keys and values of the position
+    it decoded; `write` stores them in place, so a step copies no cache.
+
+    Args:
+        layers, heads, depth: the cache layout (the export's manifest).
+        rows: hypotheses decoded at once.
+        max_length: most positions (cache slots).
+    """
+
+    def __init__(self, layers: int, heads: int, depth: int, rows: int, max_length: int):
+        self.arrays = [
+            np.zeros((2, rows, heads, max_length, depth), "float32") for _ in range(layers)
+        ]
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        """The graph inputs `cache_1 ... cache_L`."""
+        return {f"cache_{i}": array for i, array in enumerate(self.arrays, start=1)}
+
+    def write(self, new_key_values: np.ndarray, index: int) -> KeyValueCache:
+        """Stores `(layers, 2, n, heads, depth)` in slot `index`; returns this cache."""
+        for array, layer_values in zip(self.arrays, new_key_values, strict=True):
+            array[:, :, :, index] = layer_values
+        return self
+
+    def reorder(self, indices: np.ndarray) -> KeyValueCache:
+        """A new cache of the rows `indices` (beam search's parents)."""
+        reordered = object.__new__(KeyValueCache)
+        reordered.arrays = [array[:, indices] for array in self.arrays]
+        return reordered
+
+
 class OnnxSteps:
     """Cached decoding over the exported graphs; scores are log-probabilities.
 
-    The state is `(cache, cross, source_mask)`: the self-attention cache float32
-    `(layers, 2, n, heads, max_length, depth)`, the cross-attention keys and values
-    `(layers, 2, n, heads, source_length, depth)` and the bool source mask
-    `(n, source_length)`, all NumPy arrays.
+    The state is `(cache, cross, source_mask)`: the self-attention `KeyValueCache`, the
+    cross-attention keys and values float32 `(layers, 2, n, heads, source_length,
+    depth)` and the bool source mask `(n, source_length)`. `step` writes the cache in
+    place, so a state is used once: pass each step the state the last one returned.
 
     Args:
         encoder: the session of `encoder.onnx`.
@@ -71,14 +106,15 @@ class OnnxSteps:
     def __init__(self, encoder, decoder_step, layers: int, heads: int, depth: int, max_length):
         self.encoder = encoder
         self.decoder_step = decoder_step
-        self.cache_layout = (layers, 2, heads, depth)
+        self.cache_layout = dict(layers=layers, heads=heads, depth=depth)
         self.max_length = max_length
 
     def start(self, source_ids: np.ndarray, repeat: int = 1) -> State:
         """Encodes `(batch, length)` sources; each row repeated `repeat` times (beams)."""
         source_ids = np.repeat(np.asarray(source_ids, "int32"), repeat, axis=0)
         cross, source_mask = self.encoder.run(None, {"source_ids": source_ids})
-        return empty_cache(self.cache_layout, len(source_ids), self.max_length), cross, source_mask
+        cache = KeyValueCache(**self.cache_layout, rows=len(source_ids), max_length=self.max_length)
+        return cache, cross, source_mask
 
     def step(self, tokens: np.ndarray, index: int, state: State) -> tuple[np.ndarray, State]:
         """`tokens` int `(n,)` at position `index` -> (log-probs `(n, vocab)`, new state)."""
@@ -86,30 +122,23 @@ class OnnxSteps:
         inputs = {
             "tokens": np.asarray(tokens, "int32"),
             "index": np.asarray(index, "int32"),
-            "cache": cache,
             "cross": cross,
             "source_mask": source_mask,
+            **cache.feeds(),
         }
-        log_probs, cache = self.decoder_step.run(None, inputs)
-        return log_probs, (cache, cross, source_mask)
+        log_probs, new_key_values = self.decoder_step.run(None, inputs)
+        return log_probs, (cache.write(new_key_values, index), cross, source_mask)
 
     def reorder(self, state: State, indices: np.ndarray) -> State:
         """Keeps the cache rows `indices`; the rest is per source and already repeated per
         beam."""
         cache, cross, source_mask = state
-        return cache[:, :, indices], cross, source_mask
-
-
-def empty_cache(layout: tuple[int, int, int, int], rows: int, max_length: int) -> np.ndarray:
-    """Zeros `(layers, 2, rows, heads, max_length, depth)` for `layout` = (layers, 2, heads,
-    depth)."""
-    layers, pair, heads, depth = layout
-    return np.zeros((layers, pair, rows, heads, max_length, depth), "float32")
+        return cache.reorder(indices), cross, source_mask
 
 
 class OnnxLanguageModelSteps:
     """Cached decoding over an exported language-model step graph; scores are float32
-    logits. The state is the cache, float32 `(layers, 2, n, heads, max_length, depth)`.
+    logits. The state is a `KeyValueCache`, written in place by `step`.
 
     Args:
         step_session: the session of `lm_step.onnx`.
@@ -121,26 +150,27 @@ class OnnxLanguageModelSteps:
 
     def __init__(self, step_session, layers: int, heads: int, depth: int, max_length: int):
         self.step_session = step_session
-        self.cache_layout = (layers, 2, heads, depth)
+        self.cache_layout = dict(layers=layers, heads=heads, depth=depth)
         self.max_length = max_length
 
-    def start(self, batch_size: int, repeat: int = 1) -> np.ndarray:
+    def start(self, batch_size: int, repeat: int = 1) -> KeyValueCache:
         """The empty cache of `batch_size * repeat` rows."""
-        return empty_cache(self.cache_layout, batch_size * repeat, self.max_length)
+        rows = batch_size * repeat
+        return KeyValueCache(**self.cache_layout, rows=rows, max_length=self.max_length)
 
-    def step(self, tokens: np.ndarray, index: int, state: np.ndarray):
+    def step(self, tokens: np.ndarray, index: int, state: KeyValueCache):
         """`tokens` int `(n,)` at position `index` -> (logits `(n, vocab)`, new cache)."""
         inputs = {
             "tokens": np.asarray(tokens, "int32"),
             "index": np.asarray(index, "int32"),
-            "cache": state,
+            **state.feeds(),
         }
-        logits, cache = self.step_session.run(None, inputs)
-        return logits, cache
+        logits, new_key_values = self.step_session.run(None, inputs)
+        return logits, state.write(new_key_values, index)
 
-    def reorder(self, state: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    def reorder(self, state: KeyValueCache, indices: np.ndarray) -> KeyValueCache:
         """Keeps the cache rows `indices`."""
-        return state[:, :, indices]
+        return state.reorder(indices)
 
 
 class _Exported:

@@ -6,7 +6,12 @@ import pytest
 
 from mintransformer.layers import masks
 from mintransformer.layers.attention import MultiHeadAttention
-from mintransformer.layers.sublayer import BlockOptions, cached_self_attention, residual
+from mintransformer.layers.sublayer import (
+    BlockOptions,
+    cached_self_attention,
+    residual,
+    write_slot,
+)
 from tests.conftest import to_numpy
 
 pytestmark = pytest.mark.core
@@ -75,10 +80,14 @@ def test_cached_self_attention_with_a_padding_mask_equals_masked_attention(rng, 
     cache = keras.ops.zeros((2, batch, heads, length + 2, D_MODEL // heads))
     slots = np.pad(keep, ((0, 0), (0, 2)), constant_values=False)
     for t in range(length):
-        out, cache = cached_self_attention(
+        out, new_slot = cached_self_attention(
             x[:, t : t + 1], t, cache, attention, norm, dropout, norm_first, slots
         )
         np.testing.assert_allclose(to_numpy(out)[:, 0], to_numpy(full)[:, t], atol=1e-5)
+        cache = write_slot(cache, new_slot, t)
+        # Only slot t changed, to the new position's keys and values.
+        np.testing.assert_array_equal(to_numpy(cache)[:, :, :, t], to_numpy(new_slot)[:, :, :, 0])
+        assert not to_numpy(cache)[:, :, :, t + 1 :].any()
 
 
 def test_block_options_build_sub_layers_with_the_options():

@@ -11,7 +11,12 @@ from mintransformer.layers.positional import (
     sinusoidal_table,
 )
 from mintransformer.layers.stack import Stack
-from mintransformer.layers.sublayer import BlockOptions, cached_self_attention, residual
+from mintransformer.layers.sublayer import (
+    BlockOptions,
+    cached_self_attention,
+    residual,
+    write_slot,
+)
 
 __all__ = [
     "BlockOptions",
@@ -26,6 +31,7 @@ __all__ = [
     "Stack",
     "TokenAndPositionEmbedding",
     "cached_self_attention",
+    "write_slot",
     "residual",
     "scaled_dot_product_attention",
     "sinusoidal_table",

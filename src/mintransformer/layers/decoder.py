@@ -117,9 +117,10 @@ class DecoderLayer(BlockOptions):
             cross_attention_mask: bool, broadcastable to `(batch, heads, 1, source_length)`.
 
         Returns:
-            `(output (batch, 1, d_model), updated cache)`.
+            `(output (batch, 1, d_model), new slot (2, batch, heads, 1, depth))`: the
+            keys and values of position `index`, for `write_slot`.
         """
-        x, cache = self.cached_self_attention_residual(x, index, cache)
+        x, new_slot = self.cached_self_attention_residual(x, index, cache)
         x, _ = self._cross_and_feed_forward(
             x,
             lambda h: self.cross_attention(
@@ -127,7 +128,7 @@ class DecoderLayer(BlockOptions):
             ),
             False,
         )
-        return x, cache
+        return x, new_slot
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
@@ -214,6 +215,15 @@ class Decoder(Stack):
             ValueError: if `source_padding_mask` is not bool or does not match
                 the source length of `cross_key_values`.
         """
+        hidden, new_slots = self.step_new_slots(
+            token_ids, index, cache, cross_key_values, source_padding_mask
+        )
+        return hidden, self.write_slots(cache, new_slots, index)
+
+    def step_new_slots(self, token_ids, index, cache, cross_key_values, source_padding_mask=None):
+        """`step` without writing the cache: `(hidden, per-layer new slots (2, batch,
+        heads, 1, depth))`. An exported step graph returns these, and its caller stores
+        them."""
         cross_mask = None
         if source_padding_mask is not None:
             source_keys = cross_key_values[0][0]  # (batch, heads, source_length, depth)
@@ -221,8 +231,8 @@ class Decoder(Stack):
                 source_padding_mask, source_keys[:, 0, :, 0], "source_padding_mask"
             )[:, None, None, :]
         x = self.embedding(token_ids, start_index=index)
-        layer_caches = []
+        new_slots = []
         for block, layer_cache, cross_kv in zip(self.blocks, cache, cross_key_values, strict=True):
-            x, layer_cache = block.step(x, index, layer_cache, cross_kv, cross_mask)
-            layer_caches.append(layer_cache)
-        return self.finish(x), tuple(layer_caches)
+            x, new_slot = block.step(x, index, layer_cache, cross_kv, cross_mask)
+            new_slots.append(new_slot)
+        return self.finish(x), tuple(new_slots)

@@ -79,10 +79,11 @@ class EncoderLayer(BlockOptions):
                 slots, True at real tokens.
 
         Returns:
-            `(output (batch, 1, d_model), updated cache)`.
+            `(output (batch, 1, d_model), new slot (2, batch, heads, 1, depth))`: the
+            keys and values of position `index`, for `write_slot`.
         """
-        x, cache = self.cached_self_attention_residual(x, index, cache, padding_mask)
-        return self.feed_forward_residual(x), cache
+        x, new_slot = self.cached_self_attention_residual(x, index, cache, padding_mask)
+        return self.feed_forward_residual(x), new_slot
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")

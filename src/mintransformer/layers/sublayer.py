@@ -66,8 +66,9 @@ def cached_self_attention(
     """Add & Norm around causal self-attention of one position over a key/value cache.
 
     The inference path of `EncoderLayer.step` (a GPT block) and `DecoderLayer.step`:
-    the new position's key and value are written into slot `index` of the cache,
-    and the query attends to slots `0..index`.
+    the query attends to the cache's slots `0..index-1` and to the new position's own
+    key and value, which are returned for the caller to store (`write_slot`). The
+    cache is only read, so an exported step graph need not copy it.
 
     Args:
         x: `(batch, 1, d_model)`, the input at position `index`.
@@ -82,27 +83,39 @@ def cached_self_attention(
             True at real tokens; ANDed with the causal visibility.
 
     Returns:
-        `(output (batch, 1, d_model), updated cache)`.
+        `(output (batch, 1, d_model), new slot (2, batch, heads, 1, depth))`.
     """
     positions = ops.arange(ops.shape(cache)[3], dtype="int32")
-    visible = ops.reshape(positions <= index, (1, 1, 1, -1))
+    past = ops.reshape(positions < index, (1, 1, 1, -1))
+    current = ops.ones((1, 1, 1, 1), "bool")
     if padding_mask is not None:
-        visible = ops.logical_and(visible, padding_mask[:, None, None, :])
-    # A one-hot write rather than `slice_update`: the dynamic update slice it becomes
-    # has no ONNX equivalent, and attention reads the whole cache each step anyway.
-    is_index = ops.reshape(positions == index, (-1, 1))
-    updated = []
+        past = ops.logical_and(past, padding_mask[:, None, None, :])
+        current = ops.reshape(ops.take(padding_mask, index, axis=1), (-1, 1, 1, 1))
+    visible = ops.concatenate([past, current], axis=-1)
+    new_slot = []
 
     # A closure so that `residual` applies the pre-LN norm before the keys are projected.
     def attend(h):
         key, value = attention.project_key_value(h)
-        new = ops.cast(ops.stack([key, value]), cache.dtype)
-        new = ops.where(is_index, new, cache)
-        updated.append(new)
-        return attention(h, attention_mask=visible, key_value=(new[0], new[1]))
+        key, value = ops.cast(key, cache.dtype), ops.cast(value, cache.dtype)
+        new_slot.append(ops.stack([key, value]))
+        keys = ops.concatenate([cache[0], key], axis=2)
+        values = ops.concatenate([cache[1], value], axis=2)
+        return attention(h, attention_mask=visible, key_value=(keys, values))
 
     x, _ = residual(x, attend, norm, dropout, norm_first, False)
-    return x, updated[0]
+    return x, new_slot[0]
+
+
+def write_slot(cache, new_slot, index):
+    """`cache` `(2, batch, heads, max_length, depth)` with slot `index` set to `new_slot`
+    `(2, batch, heads, 1, depth)`.
+
+    A one-hot write rather than `slice_update`: the dynamic update slice it becomes
+    has no ONNX equivalent.
+    """
+    positions = ops.arange(ops.shape(cache)[3], dtype="int32")
+    return ops.where(ops.reshape(positions == index, (-1, 1)), new_slot, cache)
 
 
 class BlockOptions(keras.layers.Layer):
@@ -225,7 +238,7 @@ class BlockOptions(keras.layers.Layer):
         )
 
     def cached_self_attention_residual(self, x, index, cache, padding_mask=None):
-        """`cached_self_attention` with this block's sub-layers: `(output, updated cache)`."""
+        """`cached_self_attention` with this block's sub-layers: `(output, new slot)`."""
         return cached_self_attention(
             x,
             index,

@@ -61,15 +61,21 @@ class CausalStack(Stack):
         Raises:
             ValueError: if `padding_mask` is not bool or not `(batch, cache_length)`.
         """
+        hidden, new_slots = self.step_new_slots(token_ids, index, cache, padding_mask)
+        return hidden, self.write_slots(cache, new_slots, index)
+
+    def step_new_slots(self, token_ids, index, cache, padding_mask=None):
+        """`step` without writing the cache: `(hidden, per-block new slots (2, batch,
+        heads, 1, depth))`, as `Decoder.step_new_slots`."""
         if padding_mask is not None:
             slots = cache[0][0, :, 0, :, 0]  # (batch, cache_length)
             padding_mask = masks.check_padding_mask(padding_mask, slots, "padding_mask")
         x = self.embedding(token_ids, start_index=index)
-        layer_caches = []
+        new_slots = []
         for block, layer_cache in zip(self.blocks, cache, strict=True):
-            x, layer_cache = block.step(x, index, layer_cache, padding_mask)
-            layer_caches.append(layer_cache)
-        return self.finish(x), tuple(layer_caches)
+            x, new_slot = block.step(x, index, layer_cache, padding_mask)
+            new_slots.append(new_slot)
+        return self.finish(x), tuple(new_slots)
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
