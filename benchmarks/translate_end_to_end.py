@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -73,9 +72,7 @@ def run_engines(args: argparse.Namespace) -> dict:
             raise SystemExit(f"unknown engine {engine!r}: choose from {', '.join(ENGINES)}")
         command = [sys.executable, "-m", "benchmarks.translate_end_to_end", *args.argv]
         command += ["--child", "--engines", engine]
-        output = subprocess.run(
-            command, capture_output=True, text=True, env={**os.environ}, check=False
-        )
+        output = subprocess.run(command, capture_output=True, text=True, check=False)
         lines = [line for line in output.stdout.splitlines() if line.startswith("{")]
         if output.returncode != 0 or not lines:
             raise SystemExit(f"{engine} failed:\n{output.stderr[-3000:]}")

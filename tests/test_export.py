@@ -178,7 +178,7 @@ def test_fused_layer_norm_matches_keras(tmp_path):
 
 
 def test_key_value_cache_writes_slots_in_place_and_reorders_rows():
-    cache = KeyValueCache(layers=2, heads=3, depth=4, rows=2, max_length=5)
+    cache = KeyValueCache.zeros(layers=2, heads=3, depth=4, rows=2, max_length=5)
     before = [id(array) for array in cache.arrays]
     new = np.arange(2 * 2 * 2 * 3 * 4, dtype="float32").reshape(2, 2, 2, 3, 4)
     assert cache.write(new, 3) is cache

@@ -130,7 +130,8 @@ def fuse_layer_norms(graph) -> int:
 
     Keras' TensorFlow LayerNorm reaches tf2onnx as `tf.nn.moments` arithmetic, which it
     converts op by op; a decoder step then spends a fifth of its nodes on normalising.
-    A chain that does not match exactly is left as it is.
+    A chain that does not match exactly is left as it is; the (1, ..., 1, d) scale and
+    shift initializers it replaces are left for `drop_unused`.
 
     Args:
         graph: an `onnx.GraphProto` (opset >= 17).
@@ -218,8 +219,8 @@ def fuse_layer_norms(graph) -> int:
 
 def batch_preserving_reshapes(graph) -> int:
     """Rewrites, in place, each reshape to `(batch of its input, c1, c2, ...)` as a reshape
-    to the constant `(0, c1, c2, ...)` (ONNX: 0 keeps that dimension), and drops the shape
-    arithmetic it no longer needs.
+    to the constant `(0, c1, c2, ...)` (ONNX: 0 keeps that dimension); the shape
+    arithmetic it no longer reads is left for `drop_unused`.
 
     `split_heads` and `merge_heads` reshape to `(ops.shape(x)[0], -1, ...)`, which tf2onnx
     writes as Shape -> Cast -> Slice -> Concat -> Cast: five nodes per reshape, about a
@@ -277,7 +278,6 @@ def batch_preserving_reshapes(graph) -> int:
         graph.initializer.append(numpy_helper.from_array(np.array(target, "int64"), name))
         reshape.input[1] = name
         rewritten += 1
-    _drop_unused(graph)
     return rewritten
 
 
@@ -297,7 +297,7 @@ def _walk(name: str, op_types: tuple, find, onward) -> list | None:
     return nodes
 
 
-def _drop_unused(graph) -> None:
+def drop_unused(graph) -> None:
     """Removes nodes whose outputs nothing reads (repeatedly), and unused initializers."""
     outputs = {output.name for output in graph.output}
     while True:
@@ -420,6 +420,7 @@ def write_graphs(graphs: dict, folder: str | Path, int8: bool = False) -> None:
         graph_file = onnx.load(traced)
         fuse_layer_norms(graph_file.graph)
         batch_preserving_reshapes(graph_file.graph)
+        drop_unused(graph_file.graph)
         onnx.save(graph_file, traced)
         if int8:
             quantize_dynamic(traced, path, weight_type=quant_type.QInt8)

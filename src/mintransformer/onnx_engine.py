@@ -59,15 +59,18 @@ class KeyValueCache:
     it decoded; `write` stores them in place, so a step copies no cache.
 
     Args:
-        layers, heads, depth: the cache layout (the export's manifest).
-        rows: hypotheses decoded at once.
-        max_length: most positions (cache slots).
+        arrays: the per-layer arrays (`zeros` makes an empty cache).
     """
 
-    def __init__(self, layers: int, heads: int, depth: int, rows: int, max_length: int):
-        self.arrays = [
-            np.zeros((2, rows, heads, max_length, depth), "float32") for _ in range(layers)
-        ]
+    def __init__(self, arrays: list[np.ndarray]):
+        self.arrays = arrays
+
+    @classmethod
+    def zeros(cls, layers: int, heads: int, depth: int, rows: int, max_length: int):
+        """An empty cache of `rows` hypotheses and `max_length` slots, in the layout
+        (layers, heads, depth) of the export's manifest."""
+        shape = (2, rows, heads, max_length, depth)
+        return cls([np.zeros(shape, "float32") for _ in range(layers)])
 
     def feeds(self) -> dict[str, np.ndarray]:
         """The graph inputs `cache_1 ... cache_L`."""
@@ -81,9 +84,7 @@ class KeyValueCache:
 
     def reorder(self, indices: np.ndarray) -> KeyValueCache:
         """A new cache of the rows `indices` (beam search's parents)."""
-        reordered = object.__new__(KeyValueCache)
-        reordered.arrays = [array[:, indices] for array in self.arrays]
-        return reordered
+        return KeyValueCache([array[:, indices] for array in self.arrays])
 
 
 class OnnxSteps:
@@ -113,7 +114,8 @@ class OnnxSteps:
         """Encodes `(batch, length)` sources; each row repeated `repeat` times (beams)."""
         source_ids = np.repeat(np.asarray(source_ids, "int32"), repeat, axis=0)
         cross, source_mask = self.encoder.run(None, {"source_ids": source_ids})
-        cache = KeyValueCache(**self.cache_layout, rows=len(source_ids), max_length=self.max_length)
+        rows = len(source_ids)
+        cache = KeyValueCache.zeros(**self.cache_layout, rows=rows, max_length=self.max_length)
         return cache, cross, source_mask
 
     def step(self, tokens: np.ndarray, index: int, state: State) -> tuple[np.ndarray, State]:
@@ -156,7 +158,7 @@ class OnnxLanguageModelSteps:
     def start(self, batch_size: int, repeat: int = 1) -> KeyValueCache:
         """The empty cache of `batch_size * repeat` rows."""
         rows = batch_size * repeat
-        return KeyValueCache(**self.cache_layout, rows=rows, max_length=self.max_length)
+        return KeyValueCache.zeros(**self.cache_layout, rows=rows, max_length=self.max_length)
 
     def step(self, tokens: np.ndarray, index: int, state: KeyValueCache):
         """`tokens` int `(n,)` at position `index` -> (logits `(n, vocab)`, new cache)."""
