@@ -23,6 +23,10 @@ from mintransformer import checks
 from mintransformer.errors import CorruptFileError
 
 SCHEDULES = ("noam", "linear")
+SCHEDULE_HELP = (
+    "learning-rate decay after warm-up (linear: to zero after the last epoch, or when the "
+    "--minutes budget runs out)"
+)
 EMBEDDING_INITS = ("uniform", "normal")
 TRUNCATIONS = ("head", "tail", "head_tail")
 POOLINGS = ("mean", "cls")
@@ -102,7 +106,10 @@ class TranslationConfig(_Config):
 
     task: ClassVar[str] = "translation"
     before_setting_existed: ClassVar[dict[str, Any]] = dict(
-        attention_dropout_rate=None, share_embeddings=False, embedding_init="uniform"
+        attention_dropout_rate=None,
+        share_embeddings=False,
+        embedding_init="uniform",
+        schedule="noam",
     )
     # model
     num_layers: int = setting(3, "encoder layers and decoder layers (each)")
@@ -131,6 +138,7 @@ class TranslationConfig(_Config):
     max_tokens: int = setting(2560, "padded tokens per batch")
     warmup_steps: int = setting(640, "learning-rate warm-up steps")
     peak_learning_rate: float = setting(1e-3, "highest learning rate, after warm-up")
+    schedule: str = setting("noam", SCHEDULE_HELP, SCHEDULES)
     label_smoothing: float = setting(0.1, "label smoothing")
     average_last: int = setting(2, "average the last N epoch checkpoints into the result")
     minutes: float = setting(0.0, "training time budget in minutes (0: none)")
@@ -139,6 +147,7 @@ class TranslationConfig(_Config):
 
     def __post_init__(self):
         checks.one_of(self.embedding_init, EMBEDDING_INITS, "embedding_init")
+        checks.one_of(self.schedule, SCHEDULES, "schedule")
         checks.non_negative_number(self.minutes, "minutes")
 
 
@@ -208,7 +217,7 @@ class ClassificationConfig(_Config):
     max_batch_size: int | None = setting(None)
     warmup_steps: int = setting(200, "learning-rate warm-up steps")
     peak_learning_rate: float = setting(2e-3, "highest learning rate, after warm-up")
-    schedule: str = setting("noam", "learning-rate decay after warm-up", SCHEDULES)
+    schedule: str = setting("noam", SCHEDULE_HELP, SCHEDULES)
     average_last: int = setting(2, "average the last N epoch checkpoints into the result")
     minutes: float = setting(0.0, "training time budget in minutes (0: none)")
     seed: int = setting(0, "random seed")

@@ -1,10 +1,17 @@
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
 
+from mintransformer import checkpoints
 from mintransformer.config import ClassificationConfig, TranslationConfig
-from mintransformer.training.loop import warmup_adam
+from mintransformer.data.corpora import load_corpus, numbers_spec
+from mintransformer.run import RunDirectory
+from mintransformer.training import loop
+from mintransformer.training.loop import decay_end_step, warmup_adam
 from mintransformer.training.schedule import CustomSchedule, LinearWarmupDecay, NoamSchedule
+from mintransformer.training.translation import train_translation
 from tests.conftest import to_numpy
 
 pytestmark = pytest.mark.core
@@ -117,3 +124,72 @@ def test_the_tutorial_name_is_the_noam_schedule():
         }
     )
     assert isinstance(restored, NoamSchedule) and restored.d_model == 64
+
+
+def test_a_linear_decay_can_read_its_end_from_a_variable():
+    schedule = LinearWarmupDecay(1e-3, warmup_steps=10, total_steps=100)
+    end = keras.Variable(100.0, dtype="float32")
+    schedule.end_from(end)
+    assert float(to_numpy(schedule(49))) == pytest.approx(linear(49, 1e-3, 10, 100), rel=1e-5)
+    end.assign(60.0)
+    assert float(to_numpy(schedule(49))) == pytest.approx(linear(49, 1e-3, 10, 60), rel=1e-5)
+    assert float(to_numpy(schedule(59))) == 0.0
+    end.assign(3.0)  # within the warm-up: the decay ends right after it
+    assert float(to_numpy(schedule(9))) == pytest.approx(1e-3, rel=1e-5)
+    assert float(to_numpy(schedule(10))) == 0.0
+
+
+def test_only_a_linear_decay_with_a_time_budget_gets_a_movable_end(capsys):
+    budget = TranslationConfig(schedule="linear", minutes=5, epochs=100, warmup_steps=30)
+    optimizer = warmup_adam(budget, steps_per_epoch=50)
+    assert "linear decay to 0 when the 5-minute budget runs out" in capsys.readouterr().out
+    end = decay_end_step(optimizer)
+    assert end is not None and float(to_numpy(end)) == 5000.0
+    assert decay_end_step(warmup_adam(TranslationConfig(schedule="linear"), 50)) is None
+    assert decay_end_step(warmup_adam(TranslationConfig(minutes=5), 50)) is None
+
+
+class OneSecondPerCall:
+    """A clock that advances one second each time it is read."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        self.now += 1.0
+        return self.now
+
+
+def test_a_time_budget_moves_the_decays_end_into_the_compiled_step(tmp_path, monkeypatch):
+    # Every training step "takes" one second. The budget is one epoch of steps plus
+    # half a second, so after the first epoch the clock expects the budget to run out
+    # within the next step and moves the decay's end there: the one step of the second
+    # epoch runs at a learning rate of 0 and leaves the weights exactly as they were.
+    # A backend that compiled the end in as a constant would move them.
+    corpus = load_corpus(numbers_spec(num_train=600, num_val=50, num_test=50))
+    config = TranslationConfig(
+        data=numbers_spec(600, 50, 50),
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        dff=32,
+        vocab_size=120,
+        max_tokens=1000,
+        warmup_steps=2,
+        max_length=48,
+        epochs=1,
+        schedule="linear",
+    )
+    probe, _ = train_translation(RunDirectory.create(tmp_path / "probe", config), corpus, verbose=0)
+    steps_per_epoch = int(to_numpy(probe.optimizer.iterations))
+    assert steps_per_epoch > 3
+    monkeypatch.setattr(loop, "time", OneSecondPerCall())
+    budget = dataclasses.replace(config, epochs=50, minutes=(steps_per_epoch + 0.5) / 60)
+    run = RunDirectory.create(tmp_path / "run", budget)
+    model, _ = train_translation(run, corpus, verbose=0)
+    assert [run.epoch_of(p) for p in run.checkpoints()] == [1, 2]
+    assert int(to_numpy(model.optimizer.iterations)) == steps_per_epoch + 1
+    assert float(to_numpy(decay_end_step(model.optimizer))) == steps_per_epoch + 1.0
+    first, second = (checkpoints.average_checkpoints([path]) for path in run.checkpoints())
+    for before, after in zip(first[: len(model.weights)], second, strict=False):
+        np.testing.assert_array_equal(before, after)

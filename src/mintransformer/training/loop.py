@@ -44,8 +44,10 @@ from mintransformer.tokenizer import Tokenizer
 from mintransformer.training.data_parallel import DataParallel
 from mintransformer.training.data_parallel import start as data_parallel_start
 from mintransformer.training.losses import MaskedAccuracy, MaskedLoss
-from mintransformer.training.schedule import warmup_schedule
+from mintransformer.training.schedule import LinearWarmupDecay, warmup_schedule
 from mintransformer.training.stream import EpochStream
+
+DECAY_END_STEP = "decay_end_step"
 
 
 @contextlib.contextmanager
@@ -126,7 +128,27 @@ def warmup_adam(config: RunConfig, steps_per_epoch: int) -> keras.optimizers.Ada
             f"warm-up: {schedule.warmup_steps} steps, not {config.warmup_steps}: cut to fit "
             f"{config.epochs} epoch(s) of {steps_per_epoch} steps"
         )
-    return keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    if isinstance(schedule, LinearWarmupDecay) and config.minutes:
+        # A time budget's length in steps is known only once training runs:
+        # `TrainingClock` moves the decay's end as it measures the pace.
+        end_step = optimizer.add_variable(
+            (),
+            initializer=keras.initializers.Constant(float(schedule.total_steps)),
+            dtype="float32",
+            name=DECAY_END_STEP,
+        )
+        schedule.end_from(end_step)
+        print(
+            f"learning rate: linear decay to 0 when the {config.minutes:g}-minute budget runs "
+            "out (its last step re-estimated every epoch from the pace so far)"
+        )
+    return optimizer
+
+
+def decay_end_step(optimizer) -> keras.Variable | None:
+    """The variable holding where `optimizer`'s learning rate reaches zero, if one moves it."""
+    return next((v for v in optimizer.variables if v.name == DECAY_END_STEP), None)
 
 
 def compile_for_training(
@@ -162,26 +184,51 @@ class TrainingClock(keras.callbacks.Callback):
     the logs, so they show in the progress bar; at the epoch's end they go to
     `log.csv` with `train_seconds`, the training time of the whole run so far.
 
+    With a budget and a `decay_end` variable (a linear learning-rate decay's last
+    step), each epoch from the second on begins by moving `decay_end` to where the
+    budget is expected to run out: the optimizer's step count plus the seconds left
+    times the steps per second this process has trained so far.
+
     Args:
         stream: the training batches; `stream.token_counts(epoch, i)` gives the
             `(real, padded)` token counts of batch i of `epoch`.
         budget_seconds: stop once this much training time is spent (0: never).
         spent_seconds: training time already spent (by the run being resumed).
+        decay_end: the variable to move, or None.
     """
 
-    def __init__(self, stream, budget_seconds: float = 0.0, spent_seconds: float = 0.0):
+    def __init__(
+        self,
+        stream,
+        budget_seconds: float = 0.0,
+        spent_seconds: float = 0.0,
+        decay_end: keras.Variable | None = None,
+    ):
         super().__init__()
         self.stream = stream
         self.budget_seconds = budget_seconds
         self.spent_seconds = spent_seconds
+        self.decay_end = decay_end if budget_seconds else None
+        self.steps = 0
+        self.seconds = 0.0  # of this process, whose pace predicts the rest
 
     def on_epoch_begin(self, epoch, logs=None):
+        if self.decay_end is not None and self.steps:
+            self.decay_end.assign(self.expected_last_step())
         self.epoch = epoch
         self.epoch_start = time.perf_counter()
         self.epoch_seconds = 0.0
         self.real = self.padded = 0
 
+    def expected_last_step(self) -> float:
+        """The optimizer step at which the budget should run out at the pace so far
+        (never before the next step)."""
+        done = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        left = max(self.budget_seconds - self.spent_seconds, 0.0)
+        return max(done + left * self.steps / max(self.seconds, 1e-9), done + 1.0)
+
     def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
         real, padded = self.stream.token_counts(self.epoch, batch)
         self.real += real
         self.padded += padded
@@ -200,6 +247,7 @@ class TrainingClock(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.spent_seconds += self.epoch_seconds
+        self.seconds += self.epoch_seconds
         if logs is not None:
             logs.update(self.figures(), train_seconds=self.spent_seconds)
 
@@ -325,7 +373,7 @@ def fit(
                 callbacks=[
                     StopOnNonFiniteLoss(run),
                     EpochSeed(config.seed),
-                    TrainingClock(stream, budget, spent),
+                    TrainingClock(stream, budget, spent, decay_end_step(model.optimizer)),
                     EpochCheckpoint(run, keep=config.average_last),
                     keras.callbacks.CSVLogger(str(run.log_path), append=initial_epoch > 0),
                 ],

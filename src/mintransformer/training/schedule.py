@@ -7,7 +7,9 @@
 Both rise linearly for `warmup_steps` steps. Noam then decays as 1/sqrt(step), from
 its peak `scale * (d_model * warmup_steps)^-0.5`; linear falls in a straight line
 from `peak` to zero at `total_steps` (as in BERT fine-tuning), so it needs the
-length of the run.
+length of the run. A run with a time budget does not know its length in steps:
+there `total_steps` is a variable that training moves as it measures its pace
+(`LinearWarmupDecay.end_from`).
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class LinearWarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     Args:
         peak: the highest learning rate, reached at step `warmup_steps`.
         warmup_steps: steps of linear warm-up; fewer than `total_steps`.
-        total_steps: the step at which the rate reaches zero (the run's length).
+        total_steps: the step at which the rate reaches zero (the run's length),
+            until `end_from` hands that to a variable.
     """
 
     def __init__(self, peak: float, warmup_steps: int, total_steps: int):
@@ -76,12 +79,26 @@ class LinearWarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError(
                 f"`warmup_steps` ({warmup_steps}) must be less than `total_steps` ({total_steps})."
             )
+        self.end_step = None
+
+    def end_from(self, end_step: keras.Variable) -> None:
+        """Reads the step at which the rate reaches zero from `end_step` from now on.
+
+        `end_step` is a float32 scalar that training may move between epochs (to
+        where a time budget is expected to run out); an end within the warm-up
+        counts as the step after it. Make it an optimizer variable (`optimizer.add_variable`):
+        on JAX only the optimizer's own variables reach its compiled update.
+        """
+        self.end_step = end_step
 
     def __call__(self, step):
         # Keras counts optimizer steps from 0; the formula counts from 1.
         step = ops.cast(step, "float32") + 1.0
+        end = self.total_steps
+        if self.end_step is not None:
+            end = ops.maximum(ops.convert_to_tensor(self.end_step), self.warmup_steps + 1.0)
         rise = step / self.warmup_steps
-        fall = ops.maximum((self.total_steps - step) / (self.total_steps - self.warmup_steps), 0.0)
+        fall = ops.maximum((end - step) / (end - self.warmup_steps), 0.0)
         return self.peak * ops.minimum(rise, fall)
 
     def get_config(self):
