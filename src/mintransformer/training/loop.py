@@ -209,11 +209,17 @@ class TrainingClock(keras.callbacks.Callback):
         self.budget_seconds = budget_seconds
         self.spent_seconds = spent_seconds
         self.decay_end = decay_end if budget_seconds else None
-        self.steps = 0
-        self.seconds = 0.0  # of this process, whose pace predicts the rest
+
+    def on_train_begin(self, logs=None):
+        # Where this process started: its own pace predicts the rest of the budget.
+        self.first_step = self.optimizer_step()
+        self.first_spent_seconds = self.spent_seconds
+
+    def optimizer_step(self) -> int:
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
     def on_epoch_begin(self, epoch, logs=None):
-        if self.decay_end is not None and self.steps:
+        if self.decay_end is not None and self.spent_seconds > self.first_spent_seconds:
             self.decay_end.assign(self.expected_last_step())
         self.epoch = epoch
         self.epoch_start = time.perf_counter()
@@ -223,12 +229,12 @@ class TrainingClock(keras.callbacks.Callback):
     def expected_last_step(self) -> float:
         """The optimizer step at which the budget should run out at the pace so far
         (never before the next step)."""
-        done = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        done = self.optimizer_step()
+        pace = (done - self.first_step) / (self.spent_seconds - self.first_spent_seconds)
         left = max(self.budget_seconds - self.spent_seconds, 0.0)
-        return max(done + left * self.steps / max(self.seconds, 1e-9), done + 1.0)
+        return max(done + left * pace, done + 1.0)
 
     def on_train_batch_end(self, batch, logs=None):
-        self.steps += 1
         real, padded = self.stream.token_counts(self.epoch, batch)
         self.real += real
         self.padded += padded
@@ -247,7 +253,6 @@ class TrainingClock(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.spent_seconds += self.epoch_seconds
-        self.seconds += self.epoch_seconds
         if logs is not None:
             logs.update(self.figures(), train_seconds=self.spent_seconds)
 
