@@ -207,7 +207,7 @@ def keras_adam():
 
 
 def ours_translation(shape: TranslationShape, precision: str) -> Callable[[], object]:
-    """`Transformer` compiled by `compile_for_training`, stepped with `train_on_batch`.
+    """`Transformer` in the trainer `compile_for_training` returns, stepped with `train_on_batch`.
 
     `train_on_batch` runs the train function `fit` builds (`make_train_function`) on one
     batch and returns the logs as Python floats, so each call ends synchronised.
@@ -245,8 +245,8 @@ def ours_translation(shape: TranslationShape, precision: str) -> Callable[[], ob
         label_smoothing=LABEL_SMOOTHING,
         mixed_precision=precision == "bf16",
     )
-    compile_for_training(model, config, STEPS_PER_EPOCH)
-    return lambda: model.train_on_batch((source, target_in), labels)
+    trainer = compile_for_training(model, config, STEPS_PER_EPOCH)
+    return lambda: trainer.train_on_batch((source, target_in), labels)
 
 
 def ours_classification(shape: ClassifierShape, precision: str) -> Callable[[], object]:

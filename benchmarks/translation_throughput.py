@@ -91,7 +91,8 @@ def child(args: argparse.Namespace) -> dict:
         if max(len(source), len(target)) + 1 <= config.max_length
     )
     model = build_model(config, tokenizer.vocab_size)
-    translation.compile_for_training(model, config, len(train))
+    # Newer checkouts return the model to fit (a trainer around `model`); older ones None.
+    trainee = translation.compile_for_training(model, config, len(train)) or model
 
     epoch_seconds = []
 
@@ -115,7 +116,7 @@ def child(args: argparse.Namespace) -> dict:
     keras.Model.fit = timed_fit
     with tempfile.TemporaryDirectory() as folder:
         run = RunDirectory.create(Path(folder) / "run", config)
-        fit(run, model, train, val, config, False, 0)
+        fit(run, trainee, train, val, config, False, 0)
     timed = epoch_seconds[1:]
     return {
         "steps_per_epoch": len(train),

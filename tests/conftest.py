@@ -49,6 +49,32 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(x))
 
 
+def value_and_gradients(fn, *arrays):
+    """`fn(*tensors)` (a scalar) and its gradients with respect to each of `arrays`, as
+    NumPy, differentiated by this backend's autodiff."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tensors = [tf.constant(array) for array in arrays]
+        with tf.GradientTape() as tape:
+            tape.watch(tensors)
+            value = fn(*tensors)
+        gradients = tape.gradient(value, tensors)
+    elif backend == "jax":
+        import jax
+
+        value, gradients = jax.value_and_grad(lambda args: fn(*args))(list(arrays))
+    else:
+        import torch
+
+        tensors = [torch.tensor(array, requires_grad=True) for array in arrays]
+        value = fn(*tensors)
+        value.backward()
+        gradients = [tensor.grad for tensor in tensors]
+    return to_numpy(value), [to_numpy(gradient) for gradient in gradients]
+
+
 def train_run(path, spec: dict, **settings):
     """Trains a translation run on the corpus `spec` describes; returns (Translator, run)."""
     from mintransformer.data.corpora import load_corpus

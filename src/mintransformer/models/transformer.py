@@ -178,6 +178,13 @@ class Transformer(keras.Model):
         )
         return (*out, source_mask) if return_attention_weights else (out, source_mask)
 
+    def output_weights(self):
+        """The output projection as `(kernel (d_model, vocab), bias (vocab,) or None)`."""
+        if self.output_projection is None:
+            table = self.decoder.embedding.token_embedding.embeddings
+            return ops.transpose(ops.convert_to_tensor(table)), None
+        return self.output_projection.kernel, self.output_projection.bias
+
     def project(self, hidden):
         """Decoder output `(batch, length, d_model)` -> float32 vocabulary logits."""
         if self.output_projection is None:
@@ -186,7 +193,7 @@ class Transformer(keras.Model):
             logits = self.output_projection(hidden)
         return ops.cast(logits, "float32")
 
-    def call(
+    def hidden_states(
         self,
         inputs,
         training=None,
@@ -194,6 +201,10 @@ class Transformer(keras.Model):
         target_mask=None,
         return_attention_weights=False,
     ):
+        """The decoder's output `(batch, target_length, d_model)`, before the projection.
+
+        Arguments as `call`; returns `(hidden, weights)` with `return_attention_weights`.
+        """
         _check_pair(inputs)
         source_ids, target_ids = inputs
         checks.rank(source_ids, 2, "source_ids", "(batch, length)")
@@ -208,9 +219,24 @@ class Transformer(keras.Model):
             return_attention_weights=return_attention_weights,
         )
         if not return_attention_weights:
-            return self.project(decoded)
+            return decoded
         hidden, decoder_weights = decoded
-        return self.project(hidden), {**encoded[1], **decoder_weights}
+        return hidden, {**encoded[1], **decoder_weights}
+
+    def call(
+        self,
+        inputs,
+        training=None,
+        source_mask=None,
+        target_mask=None,
+        return_attention_weights=False,
+    ):
+        out = self.hidden_states(
+            inputs, training, source_mask, target_mask, return_attention_weights
+        )
+        if not return_attention_weights:
+            return self.project(out)
+        return self.project(out[0]), out[1]
 
     def get_config(self):
         return {**super().get_config(), **self.config}

@@ -49,14 +49,14 @@ def make_batches(
     )
 
 
-def compile_for_training(model, config: ClassificationConfig, steps_per_epoch: int) -> None:
+def compile_for_training(model, config: ClassificationConfig, steps_per_epoch: int) -> keras.Model:
     """The loop's warm-up Adam with cross-entropy over class logits, and accuracy."""
     # Divided by the sum of the sample weights: the padding rows of a data-parallel
     # batch (weight 0) then change neither the loss nor the accuracy.
     loss = keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction="mean_with_sample_weight"
     )
-    loop.compile_for_training(model, config, steps_per_epoch, loss, ["accuracy"])
+    return loop.compile_for_training(model, config, steps_per_epoch, loss, ["accuracy"])
 
 
 def train_classification(

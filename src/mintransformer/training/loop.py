@@ -8,8 +8,8 @@ hands them to `fit`:
         config = start(run, ConfigClass)
         tokenizer = prepare_tokenizer(run, texts, resume, vocab_size=...)
         model = build_model(config, tokenizer.vocab_size)
-        compile_for_training(model, config, len(train))
-        fit(run, model, train, val, config, resume)
+        trainee = compile_for_training(model, config, len(train))
+        fit(run, trainee, train, val, config, resume)
 
 `fit` checkpoints every epoch (weights, optimizer slots and dropout-seed state),
 re-seeds every epoch so that a resumed run repeats the uninterrupted one exactly,
@@ -153,7 +153,7 @@ def decay_end_step(optimizer) -> keras.Variable | None:
 
 def compile_for_training(
     model, config: RunConfig, steps_per_epoch: int, loss=None, metrics: list | None = None
-) -> None:
+) -> keras.Model:
     """Compiles `model` with `warmup_adam`, `loss` and `metrics`; builds the optimizer.
 
     The default loss and metric are those of next-token prediction: label-smoothed
@@ -167,6 +167,7 @@ def compile_for_training(
     else:
         model.compile(optimizer, loss, weighted_metrics=metrics)
     model.optimizer.build(model.trainable_variables)
+    return model
 
 
 def training_state(model) -> list:
@@ -346,7 +347,8 @@ def fit(
 
     Args:
         run: the run directory (checkpoints, log, final weights).
-        model: a compiled model whose optimizer is built.
+        model: the compiled model to train, its optimizer built (for translation, the
+            `TeacherForcing` trainer around the transformer: same variables).
         train, val: `PyDataset`s; `train.set_epoch(e)` draws epoch `e`'s batches,
             `train.token_counts(i)` counts batch i's real and padded tokens.
         config: the run's config (`epochs`, `minutes`, `average_last`, `seed`).
@@ -435,14 +437,14 @@ def build_and_fit(
         config: the run's config; `build_model` reads the model's settings from it.
         tokenizer: the run's tokenizer (its vocabulary size sizes the model).
         compile_model: `compile_model(model, config, steps_per_epoch)` compiles the
-            model and builds its optimizer; `compile_for_training` by default.
+            model, or a model that trains it, builds its optimizer and returns the
+            model to fit; `compile_for_training` by default.
 
     Returns:
         the model holding the final (averaged) weights.
     """
     model = build_model(config, tokenizer.vocab_size)
-    compile_model(model, config, len(train))
-    fit(run, model, train, val, config, resume, verbose)
+    fit(run, compile_model(model, config, len(train)), train, val, config, resume, verbose)
     return model
 
 

@@ -3,6 +3,10 @@
 Label smoothing (paper section 5.4) trains against `(1 - eps)` on the true token
 plus `eps` spread evenly over the vocabulary. Padding positions of the labels
 contribute nothing; the mean is over real tokens, not over the padded batch.
+
+`projected_cross_entropy` is the same loss for training: it takes the decoder's
+hidden states and the output projection, and computes the loss and its gradient
+together, so no `(tokens, vocab)` tensor outlives the forward pass.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import keras
 from keras import ops
 
 from mintransformer import checks
+from mintransformer.backend_adapter import softmax_cross_entropy_with_gradient
 
 
 def smoothed_token_losses(labels, logits, label_smoothing: float):
@@ -29,6 +34,84 @@ def smoothed_token_losses(labels, logits, label_smoothing: float):
         - (1.0 - label_smoothing) * true_logit
         - label_smoothing * ops.mean(logits, axis=-1)
     )
+
+
+def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float, pad_id: int):
+    """`MaskedLoss` of the logits `hidden @ kernel + bias`, with its gradient computed at once.
+
+    Differentiating the loss step by step would make and read several
+    `(rows, vocab)` tensors (log-softmax, smoothing, the gradients of each).
+    Here the gradient with respect to the logits is one backend kernel's
+    `softmax - one_hot(label)`; label smoothing's part of it,
+    `eps * (one_hot(label) - 1 / vocab)`, is applied to the weight gradients
+    directly (a gather, a scatter-add and a rank-one term), and the gradients of
+    `hidden`, `kernel` and `bias` are multiplied out in the forward pass, so
+    backpropagation only scales them.
+
+    Args:
+        hidden: `(rows, d_model)` decoder outputs; computed in float32.
+        kernel: `(d_model, vocab)` output projection.
+        bias: `(vocab,)`, or None.
+        labels: int `(rows,)`.
+        label_smoothing: eps in [0, 1).
+        pad_id: label id to ignore.
+
+    Returns:
+        float32 scalars `(loss_sum, correct, real)`: the smoothed cross-entropy summed
+        over the labels that are not `pad_id` (differentiable), how many of those the
+        arg-max logit gets right, and how many there are.
+    """
+    eps = label_smoothing
+    labels = ops.cast(labels, "int32")
+    real = ops.cast(ops.not_equal(labels, pad_id), "float32")
+    vocab = int(kernel.shape[1])
+    parameters = [ops.cast(hidden, "float32"), ops.cast(kernel, "float32")]
+    if bias is not None:
+        parameters.append(ops.cast(bias, "float32"))
+
+    @ops.custom_gradient
+    def summed(labels, real, hidden, kernel, *bias):
+        logits = ops.matmul(hidden, kernel)
+        label_columns = ops.transpose(ops.take(kernel, labels, axis=1))  # (rows, d_model)
+        # The logits of the labels and the mean logits, from (rows, d_model) work.
+        true_logit = ops.sum(hidden * label_columns, axis=1)
+        mean_logit = ops.matmul(hidden, ops.mean(kernel, axis=1))
+        if bias:
+            logits = logits + bias[0]
+            true_logit = true_logit + ops.take(bias[0], labels)
+            mean_logit = mean_logit + ops.mean(bias[0])
+        losses, logit_gradient = softmax_cross_entropy_with_gradient(logits, labels)
+        # -(1 - eps) log p[label] - eps mean(log p) = (lse - z[label]) + eps (z[label] - mean z)
+        loss_sum = ops.sum(real * (losses + eps * (true_logit - mean_logit)))
+        hits = ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), labels)
+        correct = ops.sum(real * ops.cast(hits, "float32"))
+
+        # d loss_sum / d logits = real * (logit_gradient + eps * one_hot(label) - eps / vocab)
+        real_hidden = hidden * real[:, None]
+        d_hidden = real[:, None] * (
+            ops.matmul(logit_gradient, ops.transpose(kernel))
+            + eps * label_columns
+            - (eps / vocab) * ops.sum(kernel, axis=1)
+        )
+        d_kernel = (
+            ops.matmul(ops.transpose(real_hidden), logit_gradient)
+            + eps * ops.transpose(ops.segment_sum(real_hidden, labels, num_segments=vocab))
+            - (eps / vocab) * ops.sum(real_hidden, axis=0)[:, None]
+        )
+        gradients = [d_hidden, d_kernel]
+        if bias:
+            label_counts = ops.segment_sum(real, labels, num_segments=vocab)
+            d_bias = ops.matmul(real, logit_gradient) + eps * label_counts
+            gradients.append(d_bias - (eps / vocab) * ops.sum(real))
+
+        def gradient(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            return (None, None, *[upstream[0] * g for g in gradients])
+
+        return ops.stack([loss_sum, correct]), gradient
+
+    loss_sum, correct = ops.unstack(summed(labels, real, *parameters), 2)
+    return loss_sum, correct, ops.sum(real)
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
@@ -73,8 +156,15 @@ class MaskedAccuracy(keras.metrics.Metric):
     def update_state(self, y_true, y_pred, sample_weight=None):
         real = ops.not_equal(y_true, self.pad_id)
         hit = ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), ops.cast(y_true, "int32"))
-        self.correct.assign_add(ops.sum(ops.cast(ops.logical_and(hit, real), "float32")))
-        self.total.assign_add(ops.sum(ops.cast(real, "float32")))
+        self.add_counts(
+            ops.sum(ops.cast(ops.logical_and(hit, real), "float32")),
+            ops.sum(ops.cast(real, "float32")),
+        )
+
+    def add_counts(self, correct, total):
+        """Adds `correct` right labels out of `total` real ones (float32 scalars)."""
+        self.correct.assign_add(correct)
+        self.total.assign_add(total)
 
     def result(self):
         return self.correct / ops.maximum(self.total, 1.0)

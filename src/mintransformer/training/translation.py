@@ -2,7 +2,8 @@
 
 `train` is what `mintransformer train translation` calls. It follows the paper:
 teacher forcing over length-bucketed batches, the Noam warm-up with Adam(0.9,
-0.98, 1e-9) and label-smoothed cross-entropy that ignores padding; the loop
+0.98, 1e-9) and label-smoothed cross-entropy that ignores padding (computed with
+the output projection, `TeacherForcing`); the loop
 (`training.loop.fit`) checkpoints, resumes and averages.
 """
 
@@ -19,7 +20,7 @@ from mintransformer.run import RunDirectory
 from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import loop
 from mintransformer.training.data_parallel import DataParallel, shard
-from mintransformer.training.loop import compile_for_training  # noqa: F401  (imported from here)
+from mintransformer.training.teacher_forcing import TeacherForcing
 
 Pairs = list[tuple[str, str]]
 
@@ -42,6 +43,20 @@ def make_batches(
     )
 
 
+def compile_for_training(
+    model: Transformer, config: TranslationConfig, steps_per_epoch: int
+) -> TeacherForcing:
+    """`model` inside a `TeacherForcing` trainer, compiled with `loop.warmup_adam`.
+
+    Returns:
+        the trainer, for `loop.fit`; its optimizer is built.
+    """
+    trainer = TeacherForcing(model, config.label_smoothing, Tokenizer.pad_id)
+    trainer.compile(loop.warmup_adam(config, steps_per_epoch))
+    trainer.optimizer.build(trainer.trainable_variables)
+    return trainer
+
+
 def train_translation(
     run: RunDirectory, splits: dict[str, Pairs], resume: bool = False, verbose: int = 1
 ) -> tuple[Transformer, Tokenizer]:
@@ -56,7 +71,10 @@ def train_translation(
     train = make_batches(tokenizer, splits["train"], config, shuffle=True)
     val = make_batches(tokenizer, splits["val"], config, shuffle=False)
     train, val = shard(train, val, tokenizer.pad_id)
-    return loop.build_and_fit(run, config, tokenizer, train, val, resume, verbose), tokenizer
+    model = loop.build_and_fit(
+        run, config, tokenizer, train, val, resume, verbose, compile_for_training
+    )
+    return model, tokenizer
 
 
 def _load_data(config: TranslationConfig):
