@@ -75,7 +75,8 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
         label_columns = ops.transpose(ops.take(kernel, labels, axis=1))  # (rows, d_model)
         # The logits of the labels and the mean logits, from (rows, d_model) work.
         true_logit = ops.sum(hidden * label_columns, axis=1)
-        mean_logit = ops.matmul(hidden, ops.mean(kernel, axis=1))
+        mean_column = ops.mean(kernel, axis=1)  # (d_model,)
+        mean_logit = ops.matmul(hidden, mean_column)
         if bias:
             logits = logits + bias[0]
             true_logit = true_logit + ops.take(bias[0], labels)
@@ -91,7 +92,7 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
         d_hidden = real[:, None] * (
             ops.matmul(logit_gradient, ops.transpose(kernel))
             + eps * label_columns
-            - (eps / vocab) * ops.sum(kernel, axis=1)
+            - eps * mean_column
         )
         d_kernel = (
             ops.matmul(ops.transpose(real_hidden), logit_gradient)
