@@ -1,6 +1,6 @@
 """The one place with backend-specific code: compiling an inference function,
 whether the backend's fused attention kernel is the faster one, the cross-entropy
-kernel of the training loss, thread pools, the
+kernel of the training loss, Adam's update, thread pools, the
 precision the hardware pays for, the padded width of training batches, and
 data-parallel devices.
 
@@ -99,6 +99,49 @@ def softmax_cross_entropy_with_gradient(logits, labels):
         labels, keras.ops.shape(logits)[1], dtype=logits.dtype
     )
     return losses, gradient
+
+
+def adam(learning_rate, **settings) -> keras.optimizers.Adam:
+    """`keras.optimizers.Adam(learning_rate, **settings)`; on TensorFlow, `FusedAdam`.
+
+    On TensorFlow an embedding's gradient arrives as slices, one per token looked up,
+    and Keras' Adam squares them one by one: a token read k times in a batch gets a
+    second moment about k times too small, and so a step about sqrt(k) times too
+    large. `FusedAdam` sums the slices first, as Adam is defined and as the JAX and
+    PyTorch backends (whose embedding gradients are dense) already do.
+    """
+    if keras.backend.backend() == "tensorflow":
+        return FusedAdam(learning_rate, **settings)
+    return keras.optimizers.Adam(learning_rate, **settings)
+
+
+class FusedAdam(keras.optimizers.Adam):
+    """Adam on TensorFlow: the dense gradient, then one `ResourceApplyAdam` kernel per variable.
+
+    The kernel does Keras' arithmetic (epsilon outside the square root) in one pass
+    instead of about fifteen ops; on config A's train step that saved about 1%.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad:
+            return super().update_step(gradient, variable, learning_rate)
+        import tensorflow as tf
+
+        dtype = variable.dtype
+        step = tf.cast(self.iterations + 1, dtype)
+        index = self._get_variable_index(variable)
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle,
+            m=self._momentums[index].value.handle,
+            v=self._velocities[index].value.handle,
+            beta1_power=tf.pow(tf.cast(self.beta_1, dtype), step),
+            beta2_power=tf.pow(tf.cast(self.beta_2, dtype), step),
+            lr=tf.cast(learning_rate, dtype),
+            beta1=tf.cast(self.beta_1, dtype),
+            beta2=tf.cast(self.beta_2, dtype),
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=tf.cast(tf.convert_to_tensor(gradient), dtype),
+        )
 
 
 def configure_threads() -> str:

@@ -32,6 +32,7 @@ import keras
 
 from mintransformer import checkpoints
 from mintransformer.backend_adapter import (
+    adam,
     choose_precision,
     configure_threads,
     seed_global_generators,
@@ -128,7 +129,7 @@ def warmup_adam(config: RunConfig, steps_per_epoch: int) -> keras.optimizers.Ada
             f"warm-up: {schedule.warmup_steps} steps, not {config.warmup_steps}: cut to fit "
             f"{config.epochs} epoch(s) of {steps_per_epoch} steps"
         )
-    optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    optimizer = adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     if isinstance(schedule, LinearWarmupDecay) and config.minutes:
         # A time budget's length in steps is known only once training runs:
         # `TrainingClock` moves the decay's end as it measures the pace.
