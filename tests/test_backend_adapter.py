@@ -88,6 +88,8 @@ def test_adam_matches_a_float64_reference():
         optimizer.apply([keras.ops.convert_to_tensor(gradient)], [variable])
     expected = numpy_adam(start, gradients, 0.01)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(variable), expected, rtol=1e-5, atol=1e-6)
+    # Checkpoints name optimizer variables after the optimizer: the same on every backend.
+    assert {v.path.split("/")[0] for v in optimizer.variables} == {"adam"}
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="IndexedSlices: TensorFlow")

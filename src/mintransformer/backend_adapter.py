@@ -111,7 +111,8 @@ def adam(learning_rate, **settings) -> keras.optimizers.Adam:
     PyTorch backends (whose embedding gradients are dense) already do.
     """
     if keras.backend.backend() == "tensorflow":
-        return FusedAdam(learning_rate, **settings)
+        # Named as Keras' Adam: checkpoints store optimizer variables under the name.
+        return FusedAdam(learning_rate, **{"name": "adam", **settings})
     return keras.optimizers.Adam(learning_rate, **settings)
 
 
