@@ -212,6 +212,17 @@ def ours_translation(shape: TranslationShape, precision: str) -> Callable[[], ob
     `train_on_batch` runs the train function `fit` builds (`make_train_function`) on one
     batch and returns the logs as Python floats, so each call ends synchronised.
     """
+    trainer, inputs, labels = ours_translation_trainer(shape, precision)
+    return lambda: trainer.train_on_batch(inputs, labels)
+
+
+def ours_translation_trainer(
+    shape: TranslationShape, precision: str, attention_dropout_rate: float | None = None
+):
+    """`(trainer, inputs, labels)`: config-A-like `Transformer` compiled for training, its batch.
+
+    `attention_dropout_rate` None: the dropout rate, as the `Transformer` default.
+    """
     import keras
 
     from mintransformer import Transformer
@@ -230,6 +241,7 @@ def ours_translation(shape: TranslationShape, precision: str) -> Callable[[], ob
         pe_input=shape.source_length,
         pe_target=shape.target_length,
         dropout_rate=shape.dropout,
+        attention_dropout_rate=attention_dropout_rate,
         pad_id=PAD_ID,
         dtype=keras_policy(precision),
     )
@@ -240,13 +252,14 @@ def ours_translation(shape: TranslationShape, precision: str) -> Callable[[], ob
         num_heads=shape.num_heads,
         dff=shape.dff,
         dropout_rate=shape.dropout,
+        attention_dropout_rate=attention_dropout_rate,
         tie_embeddings=False,
         max_length=max(shape.source_length, shape.target_length),
         label_smoothing=LABEL_SMOOTHING,
         mixed_precision=precision == "bf16",
     )
     trainer = compile_for_training(model, config, STEPS_PER_EPOCH)
-    return lambda: trainer.train_on_batch((source, target_in), labels)
+    return trainer, (source, target_in), labels
 
 
 def ours_classification(shape: ClassifierShape, precision: str) -> Callable[[], object]:

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import decoding, kill_resume, train_step, translation_throughput
+from benchmarks import (
+    decoding,
+    kill_resume,
+    step_ablation,
+    train_step,
+    translation_throughput,
+)
 from benchmarks.common import keras_backend
 from mintransformer.run import RunDirectory
 
@@ -140,3 +146,15 @@ def test_a_kill_inside_a_checkpoint_write_resumes_to_the_same_weights(tmp_path):
     kill_resume.train_to_the_end(killed, 3)
     comparison = kill_resume.compare_weights(run.weights_path, uninterrupted / "model.npz")
     assert comparison["bit_for_bit"], comparison
+
+
+def test_step_ablation_times_every_variant_against_the_baseline(tmp_path):
+    path = tmp_path / "step_ablation.json"
+    step_ablation.main(["--tiny", "--rounds", "1", "--warmup", "0", "--json", str(path)])
+
+    report = json.loads(path.read_text())
+    names = [row["variant"] for row in report["results"]]
+    assert names[0] == step_ablation.BASELINE
+    assert {"no dropout", "SGD instead of Adam", "LayerNorm as scale and shift"} <= set(names)
+    assert report["results"][0]["baseline_over_variant"] == 1.0
+    assert all(row["median_ms"] > 0 for row in report["results"])
