@@ -202,14 +202,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         x = self.position_embedding(x, start_index=start_index)
         return self.dropout(x, training=training)
 
+    def output_kernel(self, dtype=None):
+        """The token table transposed, `(d_model, vocab)`: the tied output projection's kernel."""
+        table = ops.convert_to_tensor(self.token_embedding.embeddings)
+        return ops.transpose(table if dtype is None else ops.cast(table, dtype))
+
     def logits(self, x):
         """Output projection tied to the embedding: `(batch, length, d_model)` -> vocab logits."""
-        return ops.matmul(
-            x,
-            ops.transpose(
-                ops.cast(ops.convert_to_tensor(self.token_embedding.embeddings), x.dtype)
-            ),
-        )
+        return ops.matmul(x, self.output_kernel(x.dtype))
 
     def get_config(self):
         return config_with(super().get_config(), self, self.ARGUMENTS)

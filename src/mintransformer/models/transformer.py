@@ -181,8 +181,7 @@ class Transformer(keras.Model):
     def output_weights(self):
         """The output projection as `(kernel (d_model, vocab), bias (vocab,) or None)`."""
         if self.output_projection is None:
-            table = self.decoder.embedding.token_embedding.embeddings
-            return ops.transpose(ops.convert_to_tensor(table)), None
+            return self.decoder.embedding.output_kernel(), None
         return self.output_projection.kernel, self.output_projection.bias
 
     def project(self, hidden):
