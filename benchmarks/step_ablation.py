@@ -38,7 +38,7 @@ from benchmarks.common import (
     versions,
     write_json,
 )
-from benchmarks.train_step import CONFIGS, TINY_CONFIGS, ours_translation_trainer
+from benchmarks.train_step import CONFIGS, TINY_CONFIGS, keras_adam, ours_translation_trainer
 
 BASELINE = "as benchmarked"
 
@@ -86,11 +86,7 @@ def variants(shape) -> dict[str, Callable[[], Callable[[], object]]]:
         "no dropout": build(shape=dataclasses.replace(shape, dropout=0.0)),
         "LayerNorm as scale and shift": build(change=without_normalising),
         "SGD instead of Adam": build(change=optimizer(lambda: keras.optimizers.SGD(1e-3))),
-        "Keras' Adam": build(
-            change=optimizer(
-                lambda: keras.optimizers.Adam(1e-3, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
-            )
-        ),
+        "Keras' Adam": build(change=optimizer(keras_adam)),
     }
     if keras.backend.backend() == "tensorflow":
         found["XLA (jit_compile)"] = build(change=with_xla)
