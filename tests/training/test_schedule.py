@@ -92,7 +92,9 @@ def optimizer_schedule(config, steps_per_epoch):
 
 
 def test_the_optimizer_uses_the_configs_schedule_fitted_to_the_run():
-    noam = optimizer_schedule(TranslationConfig(warmup_steps=600, epochs=2), steps_per_epoch=100)
+    noam = optimizer_schedule(
+        TranslationConfig(schedule="noam", warmup_steps=600, epochs=2), steps_per_epoch=100
+    )
     assert isinstance(noam, NoamSchedule) and noam.warmup_steps == 200
     config = ClassificationConfig(
         schedule="linear", warmup_steps=30, epochs=2, peak_learning_rate=1e-3
@@ -105,7 +107,9 @@ def test_the_optimizer_uses_the_configs_schedule_fitted_to_the_run():
 
 
 def test_a_warm_up_cut_to_fit_the_run_is_announced(capsys):
-    optimizer_schedule(TranslationConfig(warmup_steps=600, epochs=3), steps_per_epoch=113)
+    optimizer_schedule(
+        TranslationConfig(schedule="noam", warmup_steps=600, epochs=3), steps_per_epoch=113
+    )
     assert (
         "warm-up: 339 steps, not 600: cut to fit 3 epoch(s) of 113 steps" in capsys.readouterr().out
     )
@@ -146,7 +150,7 @@ def test_only_a_linear_decay_with_a_time_budget_gets_a_movable_end(capsys):
     end = decay_end_step(optimizer)
     assert end is not None and float(to_numpy(end)) == 5000.0
     assert decay_end_step(warmup_adam(TranslationConfig(schedule="linear"), 50)) is None
-    assert decay_end_step(warmup_adam(TranslationConfig(minutes=5), 50)) is None
+    assert decay_end_step(warmup_adam(TranslationConfig(schedule="noam", minutes=5), 50)) is None
 
 
 def saved(checkpoint, name: str) -> float:
