@@ -14,6 +14,7 @@ import pytest
 
 from benchmarks import (
     decoding,
+    gemm_floor,
     kill_resume,
     step_ablation,
     train_step,
@@ -158,3 +159,41 @@ def test_step_ablation_times_every_variant_against_the_baseline(tmp_path):
     assert {"no dropout", "SGD instead of Adam", "LayerNorm as scale and shift"} <= set(names)
     assert report["results"][0]["baseline_over_variant"] == 1.0
     assert all(row["median_ms"] > 0 for row in report["results"])
+
+
+def test_gemm_floor_counts_the_flops_train_step_counts():
+    for shape in (train_step.CONFIGS["A"], train_step.TINY_CONFIGS["A"]):
+        counted = gemm_floor.flops(gemm_floor.translation_products(shape))
+        assert counted == train_step.translation_flops(shape)["flops_per_step"]
+    for shape in (train_step.CONFIGS["B"], train_step.TINY_CONFIGS["B"]):
+        counted = gemm_floor.flops(gemm_floor.classifier_products(shape, shape.key_dim))
+        assert counted == train_step.classifier_flops(shape)["flops_per_step"]
+        narrow = shape.d_model // shape.num_heads
+        counted = gemm_floor.flops(gemm_floor.classifier_products(shape, narrow))
+        assert counted == train_step.classifier_flops(shape, key_dim=narrow)["flops_per_step"]
+
+
+def test_gemm_floor_runs_every_product_with_its_gradients():
+    products = [(0, 5, 3, 4), (2, 6, 3, 6)]
+    steps = gemm_floor.with_backward(products)
+    assert len(steps) == 3 * len(products)
+    for (product, transpose_a, transpose_b), expected in zip(
+        steps[:3], [((5, 3), (3, 4)), ((5, 4), (3, 4)), ((5, 3), (5, 4))], strict=True
+    ):
+        assert gemm_floor.operand_shapes(product, transpose_a, transpose_b) == expected
+    timed = gemm_floor.floors(products, steps=1, warmup=0)
+    assert "tensorflow" in timed and all(ms > 0 for ms in timed.values())
+
+
+def test_gemm_floor_writes_floors_and_our_steps(tmp_path):
+    path = tmp_path / "gemm_floor.json"
+    gemm_floor.main(
+        ["--tiny", "--steps", "1", "--warmup", "0", "--only", "ours", "--json", str(path)]
+    )
+
+    report = json.loads(path.read_text())
+    assert set(report["floors"]) == {"A", "B", "B, key_dim 8"}
+    assert all(floor["floor_ms"] > 0 for floor in report["floors"].values())
+    for config in "AB":
+        (ours,) = report["steps"][config]
+        assert ours["implementation"] == "ours" and ours["median_ms"] > 0
