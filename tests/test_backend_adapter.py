@@ -111,3 +111,16 @@ def test_adam_sums_repeated_rows_of_an_embedding_gradient_before_squaring():
     assert type(optimizer).__name__ == "FusedAdam"
     # Checkpoints store optimizer variables under the optimizer's name, as Keras' Adam's.
     assert {v.path.split("/")[0] for v in optimizer.variables} == {"adam"}
+
+
+def test_argmax_last_axis_matches_numpy_on_logits_and_ids():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 5, 40)).astype("float32")
+    logits[0, 0] = 0.0  # a row of zeros: the first index wins, as in NumPy
+    logits[1, 2, 7] = 100.0
+    found = backend_adapter.argmax_last_axis(keras.ops.convert_to_tensor(logits))
+    assert keras.backend.standardize_dtype(found.dtype) == "int32"
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(found), logits.argmax(-1))
+    ids = rng.integers(0, 9, size=(4, 6)).astype("int32")
+    found = backend_adapter.argmax_last_axis(keras.ops.convert_to_tensor(ids))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(found), ids.argmax(-1))

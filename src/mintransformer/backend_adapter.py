@@ -1,6 +1,6 @@
 """The one place with backend-specific code: compiling an inference function,
 whether the backend's fused attention kernel is the faster one, the cross-entropy
-kernel of the training loss, Adam's update, thread pools, the
+kernel of the training loss and its arg-max, Adam's update, thread pools, the
 precision the hardware pays for, the padded width of training batches, and
 data-parallel devices.
 
@@ -99,6 +99,21 @@ def softmax_cross_entropy_with_gradient(logits, labels):
         labels, keras.ops.shape(logits)[1], dtype=logits.dtype
     )
     return losses, gradient
+
+
+def argmax_last_axis(x):
+    """`keras.ops.argmax(x, axis=-1)` as int32, in one pass over `x`.
+
+    Keras' TensorFlow `argmax` first replaces -0.0 by the smallest negative float, so that
+    0.0 beats -0.0 as in NumPy: four more passes over `x` (equal, sign bit, and, select).
+    Over a batch of vocabulary-wide logits that costs more than the arg-max itself, and
+    which of two zero logits wins does not matter to an accuracy.
+    """
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.math.argmax(x, axis=-1, output_type=tf.int32)
+    return keras.ops.cast(keras.ops.argmax(x, axis=-1), "int32")
 
 
 def adam(learning_rate, **settings) -> keras.optimizers.Adam:

@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from mintransformer import checks
-from mintransformer.backend_adapter import softmax_cross_entropy_with_gradient
+from mintransformer.backend_adapter import argmax_last_axis, softmax_cross_entropy_with_gradient
 
 
 def smoothed_token_losses(labels, logits, label_smoothing: float):
@@ -84,7 +84,7 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
         losses, logit_gradient = softmax_cross_entropy_with_gradient(logits, labels)
         # -(1 - eps) log p[label] - eps mean(log p) = (lse - z[label]) + eps (z[label] - mean z)
         loss_sum = ops.sum(real * (losses + eps * (true_logit - mean_logit)))
-        hits = ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), labels)
+        hits = ops.equal(argmax_last_axis(logits), labels)
         correct = ops.sum(real * ops.cast(hits, "float32"))
 
         # d loss_sum / d logits = real * (logit_gradient + eps * one_hot(label) - eps / vocab)
@@ -156,7 +156,7 @@ class MaskedAccuracy(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         real = ops.not_equal(y_true, self.pad_id)
-        hit = ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), ops.cast(y_true, "int32"))
+        hit = ops.equal(argmax_last_axis(y_pred), ops.cast(y_true, "int32"))
         self.add_counts(
             ops.sum(ops.cast(ops.logical_and(hit, real), "float32")),
             ops.sum(ops.cast(real, "float32")),
