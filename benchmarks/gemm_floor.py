@@ -106,24 +106,18 @@ def tensorflow_runner(products: list[Product]):
     import tensorflow as tf
 
     rng = np.random.default_rng(0)
-    steps = with_backward(products)
-    operands = []
-    for product, transpose_a, transpose_b in steps:
-        a, b = operand_shapes(product, transpose_a, transpose_b)
-        operands.append(
-            (
-                tf.constant(rng.standard_normal(a, dtype=np.float32)),
-                tf.constant(rng.standard_normal(b, dtype=np.float32)),
-            )
-        )
-    flags = [(transpose_a, transpose_b) for _, transpose_a, transpose_b in steps]
+    work = []
+    for product, transpose_a, transpose_b in with_backward(products):
+        shapes = operand_shapes(product, transpose_a, transpose_b)
+        a, b = (tf.constant(rng.standard_normal(shape, dtype=np.float32)) for shape in shapes)
+        work.append((a, b, transpose_a, transpose_b))
 
     @tf.function
     def run_all():
         # A corner of each product comes back: the whole product is still computed.
         return [
             tf.linalg.matmul(a, b, transpose_a=ta, transpose_b=tb)[..., :1, :1]
-            for (a, b), (ta, tb) in zip(operands, flags, strict=True)
+            for a, b, ta, tb in work
         ]
 
     return lambda: [output.numpy() for output in run_all()]
@@ -220,9 +214,11 @@ def table(report: dict) -> str:
 
 def bounds(report: dict) -> list[str]:
     """For each config: the best peer and the most a step could gain on it."""
+    from benchmarks.train_step import OURS
+
     lines = []
     for config, timed in report["steps"].items():
-        peers = [r for r in timed if r["implementation"] != "ours" and "median_ms" in r]
+        peers = [r for r in timed if r["implementation"] != OURS and "median_ms" in r]
         if not peers:
             continue
         best = min(peers, key=lambda r: r["median_ms"])
