@@ -1,6 +1,6 @@
 """The one place with backend-specific code: compiling an inference function,
-whether the backend's fused attention kernel is the faster one, the cross-entropy
-kernel of the training loss and its arg-max, Adam's update, thread pools, the
+whether the backend's fused attention kernel is the faster one, the arg-max of the
+training loss, Adam's update, thread pools, the
 precision the hardware pays for, the padded width of training batches, and
 data-parallel devices.
 
@@ -63,42 +63,6 @@ def prefers_fused_attention() -> bool:
     TensorFlow and JAX have no fused CPU kernel and were as fast or slower with it.
     """
     return keras.backend.backend() == "torch"
-
-
-def softmax_cross_entropy_with_gradient(logits, labels):
-    """Per-row cross-entropy and its gradient, in as few passes over `logits` as the backend allows.
-
-    Args:
-        logits: float32 `(rows, vocab)`.
-        labels: int32 `(rows,)`.
-
-    Returns:
-        `(losses, gradient)`: `logsumexp(logits) - logits[label]`, shape `(rows,)`, and
-        its gradient with respect to `logits`, `softmax(logits) - one_hot(label)`,
-        shape `(rows, vocab)`. TensorFlow has one kernel that returns both; PyTorch
-        turns the log-probabilities into the gradient in place; JAX fuses the
-        element-wise work under `jit` by itself.
-    """
-    name = keras.backend.backend()
-    if name == "tensorflow":
-        import tensorflow as tf
-
-        return tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(features=logits, labels=labels)
-    if name == "torch":
-        import torch
-
-        rows = torch.arange(logits.shape[0], device=logits.device)
-        log_probabilities = torch.log_softmax(logits, dim=-1)
-        losses = -log_probabilities[rows, labels]
-        gradient = log_probabilities.exp_()
-        gradient[rows, labels] -= 1.0
-        return losses, gradient
-    log_probabilities = keras.ops.log_softmax(logits, axis=-1)
-    losses = -keras.ops.take_along_axis(log_probabilities, labels[:, None], axis=1)[:, 0]
-    gradient = keras.ops.exp(log_probabilities) - keras.ops.one_hot(
-        labels, keras.ops.shape(logits)[1], dtype=logits.dtype
-    )
-    return losses, gradient
 
 
 def argmax_last_axis(x):

@@ -19,12 +19,13 @@ def reference(hidden, kernel, bias, labels, eps, pad_id=0):
     hidden, kernel = hidden.astype("float64"), kernel.astype("float64")
     logits = hidden @ kernel + (0.0 if bias is None else bias.astype("float64"))
     shifted = logits - logits.max(-1, keepdims=True)
-    probabilities = np.exp(shifted) / np.exp(shifted).sum(-1, keepdims=True)
+    log_probabilities = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    probabilities = np.exp(log_probabilities)
     vocab = logits.shape[-1]
     target = np.full(logits.shape, eps / vocab)
     target[np.arange(len(labels)), labels] += 1 - eps
     real = (labels != pad_id).astype("float64")
-    losses = -(target * np.log(probabilities)).sum(-1)
+    losses = -(target * log_probabilities).sum(-1)
     logit_gradient = real[:, None] * (probabilities - target)
     gradients = [logit_gradient @ kernel.T, hidden.T @ logit_gradient]
     if bias is not None:
@@ -59,6 +60,21 @@ def test_projected_cross_entropy_matches_a_float64_reference(with_bias, eps):
     assert len(gradients) == len(want_gradients)
     for got, want in zip(gradients, want_gradients, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_projected_cross_entropy_stays_finite_when_a_label_has_probability_zero():
+    """Logits hundreds apart: p[label] underflows float32, the loss must still be exact."""
+    rng = np.random.default_rng(4)
+    hidden = (60.0 * rng.normal(size=(6, 5))).astype("float32")
+    kernel = rng.normal(size=(5, 11)).astype("float32")
+    labels = np.array([1, 4, 9, 2, 5, 8])
+    logits = hidden.astype("float64") @ kernel
+    gaps = logits.max(-1) - logits[np.arange(6), labels]
+    assert gaps.max() > 120  # exp(-120) is below float32's smallest positive number
+    loss, _, _ = projected_cross_entropy(hidden, kernel, None, labels, EPS, pad_id=0)
+    want, _, _, _ = reference(hidden, kernel, None, labels, EPS)
+    assert np.isfinite(float(to_numpy(loss)))
+    assert float(to_numpy(loss)) == pytest.approx(want, rel=1e-5)
 
 
 def transformer(tie_embeddings: bool) -> Transformer:

@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from mintransformer import checks
-from mintransformer.backend_adapter import argmax_last_axis, softmax_cross_entropy_with_gradient
+from mintransformer.backend_adapter import argmax_last_axis
 
 
 def smoothed_token_losses(labels, logits, label_smoothing: float):
@@ -36,17 +36,22 @@ def smoothed_token_losses(labels, logits, label_smoothing: float):
     )
 
 
+def row_entries(matrix, columns):
+    """`matrix[i, columns[i]]` for every row i: `(rows,)` from `(rows, n)` and int `(rows,)`."""
+    return ops.take_along_axis(matrix, columns[:, None], axis=1)[:, 0]
+
+
 def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float, pad_id: int):
     """`MaskedLoss` of the logits `hidden @ kernel + bias`, with its gradient computed at once.
 
     Differentiating the loss step by step would make and read several
     `(rows, vocab)` tensors (log-softmax, smoothing, the gradients of each).
-    Here the gradient with respect to the logits is one backend kernel's
-    `softmax - one_hot(label)`; label smoothing's part of it,
-    `eps * (one_hot(label) - 1 / vocab)`, is applied to the weight gradients
-    directly (a gather, a scatter-add and a rank-one term), and the gradients of
-    `hidden`, `kernel` and `bias` are multiplied out in the forward pass, so
-    backpropagation only scales them.
+    Here the only `(rows, vocab)` work after the logits is one softmax: the
+    gradient with respect to the logits is `softmax + (eps - 1) * one_hot(label)
+    - eps / vocab`, and everything but the softmax is applied to the weight
+    gradients directly (a gather, a scatter-add and a rank-one term). The
+    gradients of `hidden`, `kernel` and `bias` are multiplied out in the forward
+    pass, so backpropagation only scales them.
 
     Args:
         hidden: `(rows, d_model)` decoder outputs; computed in float32.
@@ -72,37 +77,41 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
     @ops.custom_gradient
     def summed(labels, real, hidden, kernel, *bias):
         logits = ops.matmul(hidden, kernel)
+        if bias:
+            logits = logits + bias[0]
+        probabilities = ops.softmax(logits, axis=-1)
+        best = argmax_last_axis(logits)
+        # logsumexp(z) = z[best] - log p[best], and p[best] >= 1 / vocab cannot underflow.
+        log_sum = row_entries(logits, best) - ops.log(row_entries(probabilities, best))
+        true_logit = row_entries(logits, labels)
         label_columns = ops.transpose(ops.take(kernel, labels, axis=1))  # (rows, d_model)
-        # The logits of the labels and the mean logits, from (rows, d_model) work.
-        true_logit = ops.sum(hidden * label_columns, axis=1)
         mean_column = ops.mean(kernel, axis=1)  # (d_model,)
         mean_logit = ops.matmul(hidden, mean_column)
         if bias:
-            logits = logits + bias[0]
-            true_logit = true_logit + ops.take(bias[0], labels)
             mean_logit = mean_logit + ops.mean(bias[0])
-        losses, logit_gradient = softmax_cross_entropy_with_gradient(logits, labels)
-        # -(1 - eps) log p[label] - eps mean(log p) = (lse - z[label]) + eps (z[label] - mean z)
-        loss_sum = ops.sum(real * (losses + eps * (true_logit - mean_logit)))
-        hits = ops.equal(argmax_last_axis(logits), labels)
-        correct = ops.sum(real * ops.cast(hits, "float32"))
+        # -(1 - eps) log p[label] - eps mean(log p)
+        #     = logsumexp(z) - (1 - eps) z[label] - eps mean(z)
+        losses = log_sum - (1.0 - eps) * true_logit - eps * mean_logit
+        loss_sum = ops.sum(real * losses)
+        correct = ops.sum(real * ops.cast(ops.equal(best, labels), "float32"))
 
-        # d loss_sum / d logits = real * (logit_gradient + eps * one_hot(label) - eps / vocab)
+        # d loss_sum / d logits = real * (softmax + (eps - 1) * one_hot(label) - eps / vocab);
+        # the softmax goes through the matrix products, the rest is applied to them directly.
         real_hidden = hidden * real[:, None]
         d_hidden = real[:, None] * (
-            ops.matmul(logit_gradient, ops.transpose(kernel))
-            + eps * label_columns
+            ops.matmul(probabilities, ops.transpose(kernel))
+            + (eps - 1.0) * label_columns
             - eps * mean_column
         )
         d_kernel = (
-            ops.matmul(ops.transpose(real_hidden), logit_gradient)
-            + eps * ops.transpose(ops.segment_sum(real_hidden, labels, num_segments=vocab))
+            ops.matmul(ops.transpose(real_hidden), probabilities)
+            + (eps - 1.0) * ops.transpose(ops.segment_sum(real_hidden, labels, num_segments=vocab))
             - (eps / vocab) * ops.sum(real_hidden, axis=0)[:, None]
         )
         gradients = [d_hidden, d_kernel]
         if bias:
             label_counts = ops.segment_sum(real, labels, num_segments=vocab)
-            d_bias = ops.matmul(real, logit_gradient) + eps * label_counts
+            d_bias = ops.matmul(real, probabilities) + (eps - 1.0) * label_counts
             gradients.append(d_bias - (eps / vocab) * ops.sum(real))
 
         def gradient(*args, upstream=None):
