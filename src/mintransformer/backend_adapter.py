@@ -1,6 +1,6 @@
 """The one place with backend-specific code: compiling an inference function,
 whether the backend's fused attention kernel is the faster one, the arg-max of the
-training loss, Adam's update, thread pools, the
+training loss, dropout's random mask, Adam's update, thread pools, the
 precision the hardware pays for, the padded width of training batches, and
 data-parallel devices.
 
@@ -78,6 +78,38 @@ def argmax_last_axis(x):
 
         return tf.math.argmax(x, axis=-1, output_type=tf.int32)
     return keras.ops.cast(keras.ops.argmax(x, axis=-1), "int32")
+
+
+RANDOM_WORD_LEVELS = 65536  # TensorFlow's dropout compares 16-bit random words
+
+
+def dropout(inputs, rate: float, seed_generator: keras.random.SeedGenerator):
+    """Inverted dropout: each element zeroed with probability `rate`, the rest scaled up.
+
+    On TensorFlow the mask comes from 16-bit random words, two from each 32-bit
+    word the generator makes, where `keras.random.dropout` draws a float (32 bits)
+    per element: half the random-number work, the step's largest cost after the
+    matrix products. `rate` is rounded to a multiple of 1 / 65536 there and the
+    kept elements are scaled by the inverse of the rounded keep probability, so
+    the expected output is still exactly `inputs`. Other backends use
+    `keras.random.dropout`.
+    """
+    if keras.backend.backend() != "tensorflow" or not 0.0 < rate < 1.0:
+        return keras.random.dropout(inputs, rate, seed=seed_generator)
+    import tensorflow as tf
+
+    threshold = round(rate * RANDOM_WORD_LEVELS)  # a word below it drops its element
+    if not 0 < threshold < RANDOM_WORD_LEVELS:
+        return keras.random.dropout(inputs, rate, seed=seed_generator)
+    seed = tf.cast(tf.math.floormod(seed_generator.next(), tf.int32.max - 1), tf.int32)
+    shape = tf.shape(inputs)
+    last = shape[-1]
+    word_shape = tf.concat([shape[:-1], [(last + 1) // 2]], axis=0)
+    words = tf.random.stateless_uniform(word_shape, seed, minval=None, maxval=None, dtype=tf.uint32)
+    halves = tf.reshape(tf.bitcast(words, tf.uint16), tf.concat([shape[:-1], [-1]], axis=0))
+    keep = halves[..., :last] >= threshold
+    scale = RANDOM_WORD_LEVELS / (RANDOM_WORD_LEVELS - threshold)
+    return tf.where(keep, inputs * tf.cast(scale, inputs.dtype), tf.zeros_like(inputs))
 
 
 def adam(learning_rate, **settings) -> keras.optimizers.Adam:

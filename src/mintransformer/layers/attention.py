@@ -17,6 +17,7 @@ from keras import ops
 from mintransformer import checks
 from mintransformer.backend_adapter import prefers_fused_attention
 from mintransformer.layers.arguments import config_with
+from mintransformer.layers.dropout import Dropout
 from mintransformer.layers.masks import check_attention_mask
 
 # Added to masked scores before the softmax; scores are float32 there, so this is safe.
@@ -132,7 +133,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_dense = keras.layers.Dense(width, name="key", **dense)
         self.value_dense = keras.layers.Dense(width, name="value", **dense)
         self.output_dense = keras.layers.Dense(d_model, name="output", **dense)
-        self.weights_dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.weights_dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, query_shape, key_shape=None, value_shape=None):
         key_shape = key_shape or query_shape

@@ -13,6 +13,7 @@ from keras import ops
 
 from mintransformer import checks
 from mintransformer.layers.arguments import config_with
+from mintransformer.layers.dropout import Dropout
 from mintransformer.layers.positional import LearnedPositionalEmbedding
 
 
@@ -76,7 +77,7 @@ class BertEmbedding(keras.layers.Layer):
         self.norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
         )
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         hidden_shape = tuple(input_shape) + (self.d_model,)

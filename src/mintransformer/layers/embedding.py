@@ -23,6 +23,7 @@ from keras import ops
 
 from mintransformer import checks
 from mintransformer.layers.arguments import config_with
+from mintransformer.layers.dropout import Dropout
 from mintransformer.layers.positional import LearnedPositionalEmbedding, PositionalEncoding
 
 POSITION_KINDS = {"sinusoidal": PositionalEncoding, "learned": LearnedPositionalEmbedding}
@@ -165,14 +166,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.position_embedding = POSITION_KINDS[position](
             max_length, d_model, dtype=self.dtype_policy, name="position_embedding"
         )
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
         # Created only when used, so that without bigrams the variables are unchanged.
         self.ngram_embedding = self.ngram_vector_dropout = None
         if ngram_buckets:
             self.ngram_embedding = keras.layers.Embedding(
                 ngram_buckets, d_model, dtype=self.dtype_policy, name="ngram_embedding"
             )
-            self.ngram_vector_dropout = keras.layers.Dropout(
+            self.ngram_vector_dropout = Dropout(
                 self.ngram_dropout, noise_shape=(None, None, 1), dtype=self.dtype_policy
             )
 

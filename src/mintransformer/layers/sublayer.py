@@ -20,6 +20,7 @@ from keras import ops
 from mintransformer import checks
 from mintransformer.layers.arguments import config_with, stored_arguments
 from mintransformer.layers.attention import MultiHeadAttention
+from mintransformer.layers.dropout import Dropout
 from mintransformer.layers.feedforward import FeedForward
 
 
@@ -211,9 +212,9 @@ class BlockOptions(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
         )
 
-    def dropout(self) -> keras.layers.Dropout:
+    def dropout(self) -> Dropout:
         """A new Dropout at `dropout_rate`."""
-        return keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        return Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     # The three sub-layers every block runs. Subclasses create, in their own order (which
     # is the order of their weights), `self_attention`, `ffn` and, per sub-layer, a norm

@@ -15,6 +15,7 @@ from keras import ops
 
 from mintransformer import checks
 from mintransformer.layers.arguments import constructor_arguments
+from mintransformer.layers.dropout import Dropout
 from mintransformer.layers.encoder import Encoder
 
 POOLINGS = ("mean", "cls")
@@ -107,7 +108,7 @@ class TextClassifier(keras.Model):
             if hidden_units
             else None
         )
-        self.head_dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+        self.head_dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
         # float32 logits even under mixed precision, for a stable softmax.
         self.head = keras.layers.Dense(num_classes, dtype="float32", name="head")
 
