@@ -108,8 +108,10 @@ def dropout(inputs, rate: float, seed_generator: keras.random.SeedGenerator):
     words = tf.random.stateless_uniform(word_shape, seed, minval=None, maxval=None, dtype=tf.uint32)
     halves = tf.reshape(tf.bitcast(words, tf.uint16), tf.concat([shape[:-1], [-1]], axis=0))
     keep = halves[..., :last] >= threshold
-    scale = RANDOM_WORD_LEVELS / (RANDOM_WORD_LEVELS - threshold)
-    return tf.where(keep, inputs * tf.cast(scale, inputs.dtype), tf.zeros_like(inputs))
+    scale = tf.constant(RANDOM_WORD_LEVELS / (RANDOM_WORD_LEVELS - threshold), inputs.dtype)
+    # A product with a mask of 0 and `scale`: its gradient is one more product, where
+    # a select's would be a select and a product.
+    return inputs * tf.where(keep, scale, tf.zeros((), inputs.dtype))
 
 
 def adam(learning_rate, **settings) -> keras.optimizers.Adam:
