@@ -89,6 +89,28 @@ def test_multi_head_attention_matches_float64_reference(heads, depth, q_len, k_l
     assert relative_error(to_numpy(weights), ref_weights) <= 1e-5
 
 
+@pytest.mark.parametrize("training", [False, True])
+def test_rows_with_no_key_give_the_output_bias_alone_without_weights_returned(training):
+    """Without weights returned, masked keys are added a bias and rows with no key are
+    zeroed after the product with the values: same output as the weights path, and in
+    training (dropout on the weights) still exactly the output bias for such rows."""
+    rng = np.random.default_rng(2)
+    query = rng.normal(size=(2, 4, 8)).astype("float32")
+    memory = rng.normal(size=(2, 5, 8)).astype("float32")
+    mask = rng.random((2, 4, 5)) > 0.3
+    mask[:, :, 1] = True
+    mask[1, 2, :] = False  # a query with no key to attend to
+    layer = MultiHeadAttention(8, 2, dropout_rate=0.5 if training else 0.0)
+    layer(query, memory)
+    layer.output_dense.bias.assign(rng.normal(size=(8,)).astype("float32"))
+    output = to_numpy(layer(query, memory, attention_mask=mask, training=training))
+    assert np.isfinite(output).all()
+    np.testing.assert_allclose(output[1, 2], to_numpy(layer.output_dense.bias), rtol=1e-6)
+    if not training:
+        with_weights, _ = layer(query, memory, attention_mask=mask, return_attention_weights=True)
+        np.testing.assert_allclose(output, to_numpy(with_weights), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("key_dim", [None, 8])
 def test_multi_head_attention_matches_keras_multi_head_attention(key_dim):
     """The paper's d_model // heads per head, and a wider head set by `key_dim`."""

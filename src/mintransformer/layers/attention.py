@@ -24,13 +24,16 @@ from mintransformer.layers.masks import check_attention_mask
 _MASKED_SCORE = -1e9
 
 
-def attention_weights(query, key, mask=None):
+def attention_weights(query, key, mask=None, zero_masked_rows=True):
     """softmax(Q K^T / sqrt(d_k)) with masked keys given weight exactly 0.
 
     Args:
         query: `(..., query_length, depth)`.
         key: `(..., key_length, depth)`.
         mask: optional bool, broadcastable to `(..., query_length, key_length)`.
+        zero_masked_rows: False leaves a row whose keys are all masked uniform,
+            for a caller that zeroes those rows of its output (`has_keys`); this
+            saves a select over the weights, forward and backward.
 
     Returns:
         float32 `(..., query_length, key_length)`; each row sums to 1, or to 0
@@ -42,8 +45,15 @@ def attention_weights(query, key, mask=None):
     scores = ops.cast(scores, "float32") / math.sqrt(depth)
     if mask is None:
         return ops.softmax(scores, axis=-1)
-    scores = ops.where(mask, scores, _MASKED_SCORE)
-    return ops.where(mask, ops.softmax(scores, axis=-1), 0.0)
+    # Added, not selected: the bias is the mask's size (no heads axis), and an addition's
+    # gradient is its input's. A masked score becomes exactly -1e9, so its weight is 0.
+    weights = ops.softmax(scores + ops.where(mask, 0.0, _MASKED_SCORE), axis=-1)
+    return ops.where(mask, weights, 0.0) if zero_masked_rows else weights
+
+
+def has_keys(mask, dtype):
+    """`(..., query_length, 1)`: 1 where the query row of `mask` may attend to some key, else 0."""
+    return ops.cast(ops.any(mask, axis=-1, keepdims=True), dtype)
 
 
 def scaled_dot_product_attention(query, key, value, mask=None):
@@ -186,9 +196,12 @@ class MultiHeadAttention(keras.layers.Layer):
         if not (return_attention_weights or dropout_active) and prefers_fused_attention():
             attended = fused_attention(queries, keys, values, attention_mask)
             return self.output_dense(self.merge_heads(attended))
-        weights = attention_weights(queries, keys, attention_mask)
+        weights = attention_weights(queries, keys, attention_mask, return_attention_weights)
         dropped = self.weights_dropout(ops.cast(weights, values.dtype), training=training)
-        output = self.output_dense(self.merge_heads(ops.matmul(dropped, values)))
+        attended = ops.matmul(dropped, values)
+        if attention_mask is not None and not return_attention_weights:
+            attended = attended * has_keys(attention_mask, attended.dtype)
+        output = self.output_dense(self.merge_heads(attended))
         if return_attention_weights:
             return output, weights
         return output
