@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -11,7 +12,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +115,52 @@ def time_calls(run: Callable[[], object], steps: int, warmup: int) -> list[float
         run()
         times.append((time.perf_counter() - start) * 1000.0)
     return times
+
+
+def time_in_turns(
+    builders: Mapping[str, Callable[[], Callable[[], object]]], steps: int, warmup: int
+) -> dict[str, tuple[list[float], str | None]]:
+    """Times runners stepped in turns: per name `(times_ms, None)` or `([], why it was skipped)`.
+
+    Every runner is built (`builders[name]()`) and warmed up first, then each round
+    calls each once, so a machine whose speed drifts during the run (cores shared
+    with other machines: the same step has measured 340 ms in one minute and 410 in
+    the next) slows them all alike and their ratios hold. A runner that raises
+    `UnavailableError` or fails is reported and dropped; the others go on.
+    """
+    runners: dict[str, Callable[[], object]] = {}
+    results: dict[str, tuple[list[float], str | None]] = {}
+
+    def attempt(name: str, work: Callable[[], object]) -> bool:
+        try:
+            work()
+            return True
+        except UnavailableError as reason:
+            results[name] = ([], str(reason))
+        except Exception as error:  # a broken peer must not lose the other measurements
+            traceback.print_exc()
+            results[name] = ([], f"failed: {type(error).__name__}: {error}")
+        runners.pop(name, None)
+        return False
+
+    for name, build in builders.items():
+        print(f"building {name} ...", flush=True)
+
+        def build_and_warm_up(name=name, build=build):
+            runners[name] = build()
+            for _ in range(warmup):
+                runners[name]()
+
+        attempt(name, build_and_warm_up)
+        gc.collect()
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(steps):
+        for name, runner in list(runners.items()):
+            start = time.perf_counter()
+            if attempt(name, runner):
+                times[name].append((time.perf_counter() - start) * 1000.0)
+    results.update({name: (times[name], None) for name in runners})
+    return {name: results[name] for name in builders}
 
 
 def median(values: Sequence[float]) -> float:

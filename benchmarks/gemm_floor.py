@@ -36,6 +36,7 @@ from benchmarks.common import (
     machine,
     median,
     time_calls,
+    time_in_turns,
     versions,
     write_json,
 )
@@ -156,12 +157,14 @@ def floors(products: list[Product], steps: int, warmup: int) -> dict[str, float]
 
 def whole_steps(config: str, shape, steps: int, warmup: int, only: str) -> list[dict]:
     """The fp32 implementations of `benchmarks.train_step` for `config` (`only`: "ours",
-    "peers" or "all"), timed here."""
+    "peers" or "all"), timed here in turns."""
     from benchmarks import train_step
 
+    chosen = train_step.candidates(config, shape, "fp32", only)
+    measured = time_in_turns({c.implementation: c.build for c in chosen}, steps, warmup)
     timed = []
-    for candidate in train_step.candidates(config, shape, "fp32", only):
-        times, reason = train_step.measure(candidate, steps, warmup)
+    for candidate in chosen:
+        times, reason = measured[candidate.implementation]
         row = {"implementation": candidate.implementation, "backend": candidate.backend}
         timed.append({**row, "median_ms": median(times)} if times else {**row, "skipped": reason})
     return timed

@@ -35,6 +35,7 @@ from benchmarks.common import (
     keras_backend,
     machine,
     median,
+    time_in_turns,
     versions,
     write_json,
 )
@@ -95,18 +96,11 @@ def variants(shape) -> dict[str, Callable[[], Callable[[], object]]]:
 
 def run(shape, rounds: int, warmup: int) -> list[dict]:
     """Median ms per variant over `rounds` rounds, each variant stepped once a round."""
-    import time
-
-    runners = {name: make() for name, make in variants(shape).items()}
-    for step in runners.values():
-        for _ in range(warmup):
-            step()
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(rounds):
-        for name, step in runners.items():
-            start = time.perf_counter()
-            step()
-            times[name].append((time.perf_counter() - start) * 1000.0)
+    measured = time_in_turns(variants(shape), rounds, warmup)
+    failed = {name: reason for name, (_, reason) in measured.items() if reason is not None}
+    if failed:
+        raise RuntimeError(f"variants failed: {failed}")
+    times = {name: values for name, (values, _) in measured.items()}
     baseline = median(times[BASELINE])
     return [
         {

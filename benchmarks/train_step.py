@@ -5,7 +5,11 @@
 
 Config A is a 4+4-layer translation model (d 128, 8 heads), config B a one-block IMDB classifier
 (see `CONFIGS`); every implementation trains on the same fixed-seed batch (~10% tail
-padding). For each implementation and precision it prints the median ms/step, tokens/s
+padding). The implementations of a config and precision are built first, then stepped in
+turns, one step each per round (`common.time_in_turns`), so that drift in the machine's speed
+during the run falls on all of them alike; with `--backends`, each Keras backend runs in
+its own process and the shared peers in the first. For each implementation and precision
+it prints the median ms/step, tokens/s
 (real, non-padding target tokens for A, input tokens for B), achieved GFLOP/s and its
 fraction of the machine's matmul peak (best of a `--matmul-size`^3 matmul in torch and
 TensorFlow, per precision), and for ours the best peer's ms / our ms (> 1: we are faster).
@@ -31,11 +35,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -55,6 +57,7 @@ from benchmarks.common import (
     median,
     run_per_backend,
     time_calls,
+    time_in_turns,
     translation_batch,
     versions,
     write_json,
@@ -417,21 +420,6 @@ def candidates(
 # --------------------------------------------------------------------------- running
 
 
-def measure(candidate: Candidate, steps: int, warmup: int) -> tuple[list[float], str | None]:
-    """Times `candidate`; returns `(times_ms, None)` or `([], why it was skipped)`."""
-    try:
-        runner = candidate.build()
-        times = time_calls(runner, steps, warmup)
-    except UnavailableError as reason:
-        return [], str(reason)
-    except Exception as error:  # a broken peer must not lose the other measurements
-        traceback.print_exc()
-        return [], f"failed: {type(error).__name__}: {error}"
-    finally:
-        gc.collect()
-    return times, None
-
-
 def run_here(args: argparse.Namespace) -> dict:
     """Runs the selected configs, precisions and implementations in this process."""
     shapes = TINY_CONFIGS if args.tiny else CONFIGS
@@ -447,12 +435,16 @@ def run_here(args: argparse.Namespace) -> dict:
         report["matmul"] = {"size": size, "gflops": gflops}
     for config in configs:
         for precision in precisions:
-            for candidate in candidates(config, shapes[config], precision, args.only):
-                if candidate.shared and args.skip_shared:
-                    continue
-                label = f"{config} {candidate.implementation} [{candidate.backend}] {precision}"
-                print(f"timing {label} ...", flush=True)
-                times, reason = measure(candidate, args.steps, args.warmup)
+            chosen = [
+                candidate
+                for candidate in candidates(config, shapes[config], precision, args.only)
+                if not (candidate.shared and args.skip_shared)
+            ]
+            print(f"timing config {config} {precision} in turns ...", flush=True)
+            builders = {candidate.implementation: candidate.build for candidate in chosen}
+            measured = time_in_turns(builders, args.steps, args.warmup)
+            for candidate in chosen:
+                times, reason = measured[candidate.implementation]
                 entry = {
                     "config": config,
                     "implementation": candidate.implementation,
@@ -460,7 +452,7 @@ def run_here(args: argparse.Namespace) -> dict:
                     "precision": precision,
                 }
                 if reason is not None:
-                    print(f"  skipped: {reason}", flush=True)
+                    print(f"  skipped {candidate.implementation}: {reason}", flush=True)
                     report["skipped"].append({**entry, "reason": reason})
                     continue
                 report["results"].append(

@@ -20,7 +20,7 @@ from benchmarks import (
     train_step,
     translation_throughput,
 )
-from benchmarks.common import keras_backend
+from benchmarks.common import UnavailableError, keras_backend, time_in_turns
 from mintransformer.run import RunDirectory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +46,43 @@ def test_train_step_writes_timings_for_ours(tmp_path):
         assert row["median_ms"] > 0 and row["tokens_per_s"] > 0 and row["gflops"] > 0
         assert row["fraction_of_peak"] > 0
         assert row["ratio_to_best_peer"] is None  # no peers were run
+
+
+def test_runners_are_timed_in_turns_and_failures_do_not_stop_the_others():
+    calls = []
+
+    def steps_of(name):
+        return lambda: lambda: calls.append(name)
+
+    def unavailable():
+        raise UnavailableError("not installed")
+
+    def breaks_on_third_call():
+        count = []
+
+        def step():
+            count.append(1)
+            if len(count) == 3:  # the warm-up call, then two timed ones
+                raise RuntimeError("out of memory")
+
+        return step
+
+    builders = {
+        "a": steps_of("a"),
+        "missing": unavailable,
+        "breaks": breaks_on_third_call,
+        "b": steps_of("b"),
+    }
+    measured = time_in_turns(builders, steps=3, warmup=1)
+
+    assert calls == ["a", "b", "a", "b", "a", "b", "a", "b"]  # warm-ups, then rounds
+    assert list(measured) == list(builders)
+    for name in "ab":
+        times, reason = measured[name]
+        assert len(times) == 3 and reason is None
+    assert measured["missing"] == ([], "not installed")
+    broken_times, broken = measured["breaks"]
+    assert broken_times == [] and broken.startswith("failed: RuntimeError: out of memory")
 
 
 def test_decoding_writes_timings_for_ours(tmp_path):
