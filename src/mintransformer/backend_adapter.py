@@ -1,6 +1,6 @@
 """The one place with backend-specific code: compiling an inference function,
 whether the backend's fused attention kernel is the faster one, the arg-max of the
-training loss, dropout's random mask, Adam's update, thread pools, the
+training loss, dropout's random mask, LayerNorm's gradient, Adam's update, thread pools, the
 precision the hardware pays for, the padded width of training batches, and
 data-parallel devices.
 
@@ -112,6 +112,45 @@ def dropout(inputs, rate: float, seed_generator: keras.random.SeedGenerator):
     # A product with a mask of 0 and `scale`: its gradient is one more product, where
     # a select's would be a select and a product.
     return inputs * tf.where(keep, scale, tf.zeros((), inputs.dtype))
+
+
+def layer_norm(x, gamma, beta, epsilon: float):
+    """`keras.ops.layer_normalization` over the last axis, for training; in float32.
+
+    On TensorFlow with a hand-written gradient: Keras writes the forward pass as
+    `x * inv + (beta - mean * inv)` with `inv = gamma / std` a full-size tensor, and
+    differentiating that takes about twice the ops and passes of the closed form
+
+        dx = (g - mean(g) - x_hat * mean(g * x_hat)) / std,   g = dy * gamma.
+
+    Other backends use Keras' (PyTorch's own kernel; JAX fuses under `jit`).
+    """
+    if keras.backend.backend() != "tensorflow":
+        return keras.ops.layer_normalization(x, gamma, beta, epsilon=epsilon)
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def normalize(x, gamma, beta):
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        inverse_std = tf.math.rsqrt(variance + epsilon)
+        normalized = (x - mean) * inverse_std
+
+        def gradient(upstream):
+            scaled = upstream * gamma
+            d_x = inverse_std * (
+                scaled
+                - tf.reduce_mean(scaled, axis=-1, keepdims=True)
+                - normalized * tf.reduce_mean(scaled * normalized, axis=-1, keepdims=True)
+            )
+            rows = list(range(len(x.shape) - 1))
+            return d_x, tf.reduce_sum(upstream * normalized, rows), tf.reduce_sum(upstream, rows)
+
+        return normalized * gamma + beta, gradient
+
+    def as_float32(value):
+        return tf.cast(tf.convert_to_tensor(value), tf.float32)
+
+    return tf.cast(normalize(as_float32(x), as_float32(gamma), as_float32(beta)), x.dtype)
 
 
 def adam(learning_rate, **settings) -> keras.optimizers.Adam:

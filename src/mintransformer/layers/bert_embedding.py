@@ -14,6 +14,7 @@ from keras import ops
 from mintransformer import checks
 from mintransformer.layers.arguments import config_with
 from mintransformer.layers.dropout import Dropout
+from mintransformer.layers.layer_norm import LayerNorm
 from mintransformer.layers.positional import LearnedPositionalEmbedding
 
 
@@ -74,9 +75,7 @@ class BertEmbedding(keras.layers.Layer):
         self.token_type_embedding = keras.layers.Embedding(
             type_vocab_size, d_model, dtype=self.dtype_policy, name="token_type_embedding"
         )
-        self.norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
-        )
+        self.norm = LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="norm")
         self.dropout = Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):

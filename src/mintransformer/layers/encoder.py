@@ -13,6 +13,7 @@ from __future__ import annotations
 import keras
 
 from mintransformer import checks
+from mintransformer.layers.layer_norm import LayerNorm
 from mintransformer.layers.stack import Stack
 from mintransformer.layers.sublayer import BlockOptions
 
@@ -44,7 +45,7 @@ class EncoderLayer(BlockOptions):
         self.ffn_dropout = self.dropout()
 
     @property
-    def attention_norm(self) -> keras.layers.LayerNormalization:
+    def attention_norm(self) -> LayerNorm:
         """The earlier name of `self_attention_norm`. `.keras` files store weights under
         attribute names, visited in sorted order, so this name keeps their layout."""
         return self.self_attention_norm

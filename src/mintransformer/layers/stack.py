@@ -19,6 +19,7 @@ from mintransformer.layers.arguments import (
     stored_arguments,
 )
 from mintransformer.layers.embedding import TokenAndPositionEmbedding
+from mintransformer.layers.layer_norm import LayerNorm
 from mintransformer.layers.sublayer import BlockOptions, write_slot
 
 
@@ -102,9 +103,7 @@ class Stack(keras.layers.Layer):
             num_layers, **stored_arguments(self, BlockOptions.ARGUMENTS), dtype=self.dtype_policy
         )
         self.final_norm = (
-            keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm"
-            )
+            LayerNorm(epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm")
             if norm_first
             else None
         )

@@ -22,6 +22,7 @@ from mintransformer.layers.arguments import config_with, stored_arguments
 from mintransformer.layers.attention import MultiHeadAttention
 from mintransformer.layers.dropout import Dropout
 from mintransformer.layers.feedforward import FeedForward
+from mintransformer.layers.layer_norm import LayerNorm
 
 
 def residual(
@@ -206,11 +207,9 @@ class BlockOptions(keras.layers.Layer):
         arguments = stored_arguments(self, FeedForward.ARGUMENTS)
         return FeedForward(**arguments, dtype=self.dtype_policy, name=name)
 
-    def norm(self, name: str) -> keras.layers.LayerNormalization:
+    def norm(self, name: str) -> LayerNorm:
         """A new LayerNorm with `layer_norm_epsilon`."""
-        return keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
+        return LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
 
     def dropout(self) -> Dropout:
         """A new Dropout at `dropout_rate`."""
