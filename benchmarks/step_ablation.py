@@ -44,7 +44,7 @@ from benchmarks.train_step import CONFIGS, TINY_CONFIGS, keras_adam, ours_transl
 BASELINE = "as benchmarked"
 
 
-def scale_and_shift(layer, inputs):
+def scale_and_shift(layer, inputs, training=None):
     return inputs * layer.gamma + layer.beta
 
 
