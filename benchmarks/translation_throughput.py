@@ -64,9 +64,9 @@ def child(args: argparse.Namespace) -> dict:
     from mintransformer.training import translation
 
     try:  # what the trainer does first, in checkouts that have it
-        from mintransformer.backend_adapter import configure_threads
+        from mintransformer.backend_adapter import configure_runtime
 
-        configure_threads()
+        configure_runtime()
     except ImportError:
         pass
     try:

@@ -1,4 +1,8 @@
-"""The backend adapter: precision choice, CPU flags, batch widths, seeding, thread pools."""
+"""The backend adapter: precision choice, CPU flags, batch widths, seeding, the CPU runtime."""
+
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -8,7 +12,7 @@ from mintransformer import backend_adapter
 from mintransformer.backend_adapter import (
     batch_width_multiple,
     choose_precision,
-    configure_threads,
+    configure_runtime,
     cpu_flags,
     seed_global_generators,
 )
@@ -56,12 +60,45 @@ def test_seeding_makes_global_draws_repeat():
     np.testing.assert_array_equal(np.random.random(3), first)
 
 
-def test_thread_configuration_says_what_it_did():
+def test_runtime_configuration_says_what_it_did():
     keras.ops.ones(1)  # the backend runs: TensorFlow's pools are fixed by now
-    message = configure_threads()
-    assert message.startswith("threads:")
+    message = configure_runtime()
+    assert message.startswith("runtime:")
     if keras.backend.backend() == "tensorflow":
-        assert "already started" in message or "inter-op" in message
+        assert "already started" in message
+
+
+RUNTIME_PROBE = """
+import keras, tensorflow as tf
+from mintransformer.backend_adapter import configure_runtime
+print(configure_runtime())
+tf.ones((256, 256)) + 1.0
+try:  # only a pooling allocator keeps statistics
+    print("peak", tf.config.experimental.get_memory_info("CPU:0")["peak"])
+except ValueError:
+    print("no allocator statistics")
+"""
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's allocator")
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_runtime_configuration_picks_the_pooling_allocator_unless_told_not_to(setting):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}
+    if setting is not None:
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = setting
+    env.update(KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run(
+        [sys.executable, "-c", RUNTIME_PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    message, allocator = done.stdout.strip().splitlines()[-2:]
+    assert "1 inter-op" in message
+    if setting is None:
+        assert "pooling (BFC) allocator" in message
+        assert int(allocator.split()[1]) >= 256 * 256 * 4
+    else:
+        assert "default allocator" in message
+        assert allocator == "no allocator statistics"
 
 
 def numpy_adam(weights, gradients, learning_rate, beta_1=0.9, beta_2=0.98, epsilon=1e-9):

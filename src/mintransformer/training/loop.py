@@ -34,7 +34,7 @@ from mintransformer import checkpoints
 from mintransformer.backend_adapter import (
     adam,
     choose_precision,
-    configure_threads,
+    configure_runtime,
     seed_global_generators,
 )
 from mintransformer.config import RunConfig
@@ -71,7 +71,7 @@ def open_run(
     are replicated over its devices (`training.data_parallel`).
     """
     with RunDirectory(path).lock():
-        print(configure_threads())
+        print(configure_runtime())
         if data_parallel is not None:
             data_parallel_start(data_parallel)
         if resume:
