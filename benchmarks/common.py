@@ -19,6 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+# Imported before anything loads TensorFlow: it sets the environment TensorFlow reads then
+# (oneDNN kernels on), so that every implementation runs as our training does.
+import mintransformer  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 PAD_ID = 0
@@ -161,6 +165,18 @@ def time_in_turns(
                 times[name].append((time.perf_counter() - start) * 1000.0)
     results.update({name: (times[name], None) for name in runners})
     return {name: results[name] for name in builders}
+
+
+def start_runtime() -> str:
+    """Sets up this process's backend runtime as training does (`configure_runtime`);
+    returns its log line, for the report.
+
+    Only takes effect before TensorFlow runs its first op, and then holds for every
+    TensorFlow implementation in the process, ours and the peers alike.
+    """
+    from mintransformer.backend_adapter import configure_runtime
+
+    return configure_runtime()
 
 
 def median(values: Sequence[float]) -> float:

@@ -35,6 +35,7 @@ from benchmarks.common import (
     format_table,
     machine,
     median,
+    start_runtime,
     time_calls,
     time_in_turns,
     versions,
@@ -173,6 +174,8 @@ def whole_steps(config: str, shape, steps: int, warmup: int, only: str) -> list[
 def run(steps: int, warmup: int, tiny: bool = False, only: str = "all") -> dict:
     from benchmarks.train_step import CONFIGS, TINY_CONFIGS
 
+    runtime = start_runtime()
+
     shapes = TINY_CONFIGS if tiny else CONFIGS
     a, b = shapes["A"], shapes["B"]
     narrow = b.d_model // b.num_heads
@@ -182,6 +185,7 @@ def run(steps: int, warmup: int, tiny: bool = False, only: str = "all") -> dict:
         f"B, key_dim {narrow}": classifier_products(b, narrow),
     }
     report = {"benchmark": "gemm_floor", "machine": machine(), "versions": versions()}
+    report["runtime"] = runtime
     report["floors"] = {}
     for name, products in counted.items():
         by_library = floors(products, steps, warmup)
@@ -255,7 +259,7 @@ def main(argv: list[str] | None = None) -> dict:
     start = time.perf_counter()
     report = run(args.steps, args.warmup, args.tiny, args.only)
     report["wall_s"] = round(time.perf_counter() - start, 1)
-    print("\n" + table(report) + "\n\n" + "\n".join(bounds(report)))
+    print("\n" + table(report) + "\n\n" + "\n".join([*bounds(report), report["runtime"]]))
     print(f"\nwrote {write_json(report, args.json)}")
     return report
 

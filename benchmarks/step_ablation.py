@@ -14,6 +14,8 @@ each variant's (> 1: the variant is faster, i.e. what it leaves out costs that m
 - LayerNorm replaced by its scale and shift (what normalising costs);
 - SGD instead of Adam (what the optimizer update costs);
 - Keras' own Adam instead of `backend_adapter.adam`;
+- attention written out in TensorFlow ops instead of its XLA-compiled kernel
+  (`attention.compiled_attend`; TensorFlow only);
 - the train step compiled with XLA (`jit_compile`; TensorFlow only, JAX always is).
 
 Variants change the model, so their losses differ: this measures time, never quality.
@@ -35,6 +37,7 @@ from benchmarks.common import (
     keras_backend,
     machine,
     median,
+    start_runtime,
     time_in_turns,
     versions,
     write_json,
@@ -81,6 +84,18 @@ def variants(shape) -> dict[str, Callable[[], Callable[[], object]]]:
     def with_xla(trainer):
         trainer.jit_compile = True
 
+    def written_out_attention():
+        """The step traced while attention has no compiled kernel (`compiled_attend`)."""
+        from mintransformer.layers import attention
+
+        kernel, attention.compiled_attend = attention.compiled_attend, None
+        try:
+            run = build()()
+            run()  # traces the step now, with the written-out attention
+        finally:
+            attention.compiled_attend = kernel
+        return run
+
     found = {
         BASELINE: build(),
         "no attention-weight dropout": build(attention_dropout_rate=0.0),
@@ -90,6 +105,7 @@ def variants(shape) -> dict[str, Callable[[], Callable[[], object]]]:
         "Keras' Adam": build(change=optimizer(keras_adam)),
     }
     if keras.backend.backend() == "tensorflow":
+        found["attention written out (no XLA kernel)"] = written_out_attention
         found["XLA (jit_compile)"] = build(change=with_xla)
     return found
 
@@ -121,6 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", default=str(RESULTS_DIR / "step_ablation.json"))
     args = parser.parse_args(argv)
     shape = (TINY_CONFIGS if args.tiny else CONFIGS)["A"]
+    runtime = start_runtime()
     results = run(shape, args.rounds, args.warmup)
     report = {
         "benchmark": "step_ablation",
@@ -131,6 +148,7 @@ def main(argv: list[str] | None = None) -> dict:
             "rounds": args.rounds,
             "warmup": args.warmup,
             "tiny": args.tiny,
+            "runtime": runtime,
             "machine": machine(),
             "versions": versions(),
         },

@@ -56,6 +56,7 @@ from benchmarks.common import (
     machine,
     median,
     run_per_backend,
+    start_runtime,
     time_calls,
     time_in_turns,
     translation_batch,
@@ -426,6 +427,7 @@ def run_here(args: argparse.Namespace) -> dict:
     configs = ["A", "B"] if args.config == "all" else [args.config]
     precisions = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
     report = new_report(args)
+    report["meta"]["runtime"] = start_runtime()
     report["meta"]["versions"] = versions()
     for config in configs:
         report["configs"][config] = describe_config(config, shapes[config])
@@ -524,8 +526,11 @@ def finalize(report: dict) -> dict:
 def merge(reports: list[dict], args: argparse.Namespace) -> dict:
     """One report from the per-backend child reports."""
     merged = new_report(args)
+    merged["meta"]["runtime"] = {}
     for report in reports:
         merged["meta"].setdefault("versions", report["meta"]["versions"])
+        for backend in report["meta"]["keras_backends"]:
+            merged["meta"]["runtime"][backend] = report["meta"].get("runtime")
         merged["configs"].update(report["configs"])
         merged["results"] += report["results"]
         merged["skipped"] += report["skipped"]
@@ -569,6 +574,12 @@ def table(report: dict) -> str:
 def summary(report: dict) -> str:
     """The table, the matmul peaks and the skipped implementations, as text."""
     lines = ["", table(report)]
+    runtime = report["meta"].get("runtime")
+    lines.append("")
+    if isinstance(runtime, dict):
+        lines += [f"{backend}: {line}" for backend, line in runtime.items()]
+    elif runtime:
+        lines.append(runtime)
     matmul = report.get("matmul")
     if matmul:
         found = ", ".join(

@@ -80,18 +80,31 @@ except ValueError:
 """
 
 
-@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's allocator")
-@pytest.mark.parametrize("setting", [None, "0"])
-def test_runtime_configuration_picks_the_pooling_allocator_unless_told_not_to(setting):
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}
-    if setting is not None:
-        env["TF_CPU_ALLOCATOR_USE_BFC"] = setting
+def run_in_fresh_tensorflow(code: str, settings: dict[str, str | None]) -> list[str]:
+    """The lines `code` prints in a new TensorFlow process with the environment `settings`
+    (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k not in settings}
+    env.update({k: v for k, v in settings.items() if v is not None})
     env.update(KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(
-        [sys.executable, "-c", RUNTIME_PROBE], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    message, allocator = done.stdout.strip().splitlines()[-2:]
+    return done.stdout.strip().splitlines()
+
+
+tensorflow_only = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="TensorFlow's runtime"
+)
+
+
+@tensorflow_only
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_runtime_configuration_picks_the_pooling_allocator_unless_told_not_to(setting):
+    """With oneDNN off, as TensorFlow's default allocator is only then (oneDNN pools)."""
+    settings = {"TF_CPU_ALLOCATOR_USE_BFC": setting, "TF_ENABLE_ONEDNN_OPTS": "0"}
+    lines = run_in_fresh_tensorflow(RUNTIME_PROBE, settings)
+    message, allocator = lines[-2:]
     assert "1 inter-op" in message
     if setting is None:
         assert "pooling (BFC) allocator" in message
@@ -99,6 +112,23 @@ def test_runtime_configuration_picks_the_pooling_allocator_unless_told_not_to(se
     else:
         assert "default allocator" in message
         assert allocator == "no allocator statistics"
+
+
+ONEDNN_PROBE = """
+import mintransformer, keras
+from mintransformer.backend_adapter import configure_runtime, onednn_enabled
+print(onednn_enabled())
+print(configure_runtime())
+"""
+
+
+@tensorflow_only
+@pytest.mark.parametrize(("setting", "expected"), [(None, True), ("0", False)])
+def test_importing_mintransformer_first_turns_onednn_on_unless_told_not_to(setting, expected):
+    settings = {"TF_ENABLE_ONEDNN_OPTS": setting}
+    enabled, message = run_in_fresh_tensorflow(ONEDNN_PROBE, settings)[-2:]
+    assert enabled == str(expected)
+    assert f"oneDNN kernels {'on' if expected else 'off'}" in message
 
 
 def numpy_adam(weights, gradients, learning_rate, beta_1=0.9, beta_2=0.98, epsilon=1e-9):

@@ -73,3 +73,17 @@ def test_dropout_takes_shapes_known_only_at_run_time_on_tensorflow():
         outputs = traced(tf.ones(shape)).numpy()
         assert outputs.shape == shape
         assert set(np.unique(outputs)) <= {0.0, np.float32(kept_scale(0.5))}
+
+
+def test_dropout_draws_the_same_mask_in_a_step_compiled_with_xla_on_tensorflow():
+    """The same seed gives the same mask whether the step runs as a graph or under XLA."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("XLA compilation of a TensorFlow function")
+    import tensorflow as tf
+
+    inputs = tf.ones((16, 9, 33))
+    graph, compiled = Dropout(0.3, seed=4), Dropout(0.3, seed=4)
+    expected = tf.function(lambda x: graph(x, training=True))(inputs)
+    got = tf.function(lambda x: compiled(x, training=True), jit_compile=True)(inputs)
+    np.testing.assert_array_equal(to_numpy(got), to_numpy(expected))
+    assert 0.25 < np.mean(to_numpy(got) == 0) < 0.35
