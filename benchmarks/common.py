@@ -19,9 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
+# The environment as this process got it: a process that runs another checkout gets this
+# one, so that the checkout sets up its runtime itself, as it would on its own.
+STARTING_ENVIRONMENT = dict(os.environ)
+
 # Imported before anything loads TensorFlow: it sets the environment TensorFlow reads then
 # (oneDNN kernels on), so that every implementation runs as our training does.
-import mintransformer  # noqa: F401
+import mintransformer  # noqa: E402, F401
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"

@@ -14,8 +14,6 @@ each variant's (> 1: the variant is faster, i.e. what it leaves out costs that m
 - LayerNorm replaced by its scale and shift (what normalising costs);
 - SGD instead of Adam (what the optimizer update costs);
 - Keras' own Adam instead of `backend_adapter.adam`;
-- attention written out in TensorFlow ops instead of its XLA-compiled kernel
-  (`attention.compiled_attend`; TensorFlow only);
 - the train step compiled with XLA (`jit_compile`; TensorFlow only, JAX always is).
 
 Variants change the model, so their losses differ: this measures time, never quality.
@@ -84,18 +82,6 @@ def variants(shape) -> dict[str, Callable[[], Callable[[], object]]]:
     def with_xla(trainer):
         trainer.jit_compile = True
 
-    def written_out_attention():
-        """The step traced while attention has no compiled kernel (`compiled_attend`)."""
-        from mintransformer.layers import attention
-
-        kernel, attention.compiled_attend = attention.compiled_attend, None
-        try:
-            run = build()()
-            run()  # traces the step now, with the written-out attention
-        finally:
-            attention.compiled_attend = kernel
-        return run
-
     found = {
         BASELINE: build(),
         "no attention-weight dropout": build(attention_dropout_rate=0.0),
@@ -105,7 +91,6 @@ def variants(shape) -> dict[str, Callable[[], Callable[[], object]]]:
         "Keras' Adam": build(change=optimizer(keras_adam)),
     }
     if keras.backend.backend() == "tensorflow":
-        found["attention written out (no XLA kernel)"] = written_out_attention
         found["XLA (jit_compile)"] = build(change=with_xla)
     return found
 

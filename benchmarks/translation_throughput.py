@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -32,7 +31,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO_ROOT, RESULTS_DIR, format_table, machine, median, write_json
+from benchmarks.common import (
+    REPO_ROOT,
+    RESULTS_DIR,
+    STARTING_ENVIRONMENT,
+    format_table,
+    machine,
+    median,
+    write_json,
+)
 
 
 def read_pairs(data: Path, split: str, count: int) -> list[tuple[str, str]]:
@@ -133,7 +140,11 @@ def run_checkout(name: str, checkout: Path, args: argparse.Namespace) -> dict:
         command = [sys.executable, "-m", "benchmarks.translation_throughput", "--child"]
         command += ["--data", str(args.data), "--pairs", str(args.pairs)]
         command += ["--epochs", str(args.epochs), "--json", str(report)]
-        env = {**os.environ, "PYTHONPATH": str(checkout / "src"), "TF_CPP_MIN_LOG_LEVEL": "3"}
+        env = {
+            **STARTING_ENVIRONMENT,
+            "PYTHONPATH": str(checkout / "src"),
+            "TF_CPP_MIN_LOG_LEVEL": "3",
+        }
         start = time.perf_counter()
         completed = subprocess.run(command, cwd=REPO_ROOT, env=env, check=False)
         if completed.returncode or not report.is_file():

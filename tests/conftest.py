@@ -4,6 +4,10 @@ import contextlib
 import os
 from pathlib import Path
 
+# Before Keras: the tests run TensorFlow as importing mintransformer sets it up (its
+# oneDNN kernels on), as the command line and the benchmarks do.
+import mintransformer  # noqa: F401  # isort: skip
+
 import keras
 import numpy as np
 import pytest

@@ -64,8 +64,8 @@ def test_runtime_configuration_says_what_it_did():
     keras.ops.ones(1)  # the backend runs: TensorFlow's pools are fixed by now
     message = configure_runtime()
     assert message.startswith("runtime:")
-    if keras.backend.backend() == "tensorflow":
-        assert "already started" in message
+    if keras.backend.backend() == "tensorflow":  # started now, or by an earlier test's call
+        assert "already started" in message or "1 inter-op" in message
 
 
 RUNTIME_PROBE = """
