@@ -10,7 +10,12 @@ step in the same process, and prints:
 - `step / floor`: how much of a step is matrix products (1.0: nothing else);
 - `best peer / floor`: the most any implementation doing these products could be faster
   than the best peer, if everything else in its step (embedding look-ups, softmax, masks,
-  dropout, normalisation, the loss, Adam) cost nothing.
+  dropout, normalisation, the loss, Adam) cost nothing;
+- the same bound once the attention maps are counted too: each attention call's masked
+  softmax and the dropout of its weights, forward and backward, over every
+  `(batch, heads, queries, keys)` map of the step, as one compiled TensorFlow function (the
+  mask added as a bias, `backend_adapter.dropout` at the config's rate). Every implementation
+  here materialises these maps; none has a fused attention kernel on the CPU.
 
 Forward, a dense layer is X[M, K] @ W[K, N]; backward it adds dY @ W^T (M, N, K) and
 X^T @ dY (K, M, N). Attention's two batched products per head (Q K^T, then weights @ V) are
@@ -44,6 +49,8 @@ from benchmarks.common import (
 
 # (batch, M, K, N): batch independent products of [M, K] @ [K, N]; batch 0 is a plain one.
 Product = tuple[int, int, int, int]
+# (batch, heads, queries, keys): one attention call's weights.
+AttentionMap = tuple[int, int, int, int]
 
 
 def dense(tokens: int, units_in: int, units_out: int, count: int = 1) -> list[Product]:
@@ -74,6 +81,61 @@ def classifier_products(shape: ClassifierShape, key_dim: int) -> list[Product]:
     block += [(heads, length, key_dim, length), (heads, length, length, key_dim)]
     head = dense(shape.batch, d, shape.hidden) + dense(shape.batch, shape.hidden, 1)
     return shape.num_layers * block + head
+
+
+def attention_maps(shape: TranslationShape | ClassifierShape) -> list[AttentionMap]:
+    """The attention weights one step computes: encoder, decoder and cross maps per layer."""
+    if isinstance(shape, TranslationShape):
+        s, t = shape.source_length, shape.target_length
+        per_layer = [(s, s), (t, t), (t, s)]
+    else:
+        per_layer = [(shape.length, shape.length)]
+    maps = [(shape.batch, shape.num_heads, queries, keys) for queries, keys in per_layer]
+    return shape.num_layers * maps
+
+
+def weights_backward(scores, keep, upstream, rate: float, seed_generator):
+    """The gradient of `sum(dropout(softmax(masked scores)) * upstream)` over `scores`.
+
+    One attention call's work on its map, forward and backward, without the products:
+    `keep` (bool, broadcastable to `scores`) is added as a 0 / -1e9 bias before the softmax.
+    """
+    import tensorflow as tf
+
+    from mintransformer.backend_adapter import dropout
+
+    with tf.GradientTape() as tape:
+        tape.watch(scores)
+        weights = tf.nn.softmax(scores + tf.where(keep, 0.0, -1e9), axis=-1)
+        if rate > 0:
+            weights = dropout(weights, rate, seed_generator)
+        total = tf.reduce_sum(weights * upstream)
+    return tape.gradient(total, scores)
+
+
+def maps_runner(maps: list[AttentionMap], rate: float):
+    """A compiled TensorFlow function doing every map's `weights_backward`; returns a runner."""
+    import keras
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    seed_generator = keras.random.SeedGenerator(0)
+    work = []
+    for batch, heads, queries, keys in maps:
+        shape = (batch, heads, queries, keys)
+        scores = tf.constant(rng.standard_normal(shape, dtype=np.float32))
+        keep = tf.constant(rng.random((batch, 1, 1, keys)) > 0.1)  # about 10% padding
+        upstream = tf.constant(rng.standard_normal(shape, dtype=np.float32))
+        work.append((scores, keep, upstream))
+
+    @tf.function
+    def run_all():
+        return [
+            weights_backward(scores, keep, upstream, rate, seed_generator)[..., :1, :1]
+            for scores, keep, upstream in work
+        ]
+
+    return lambda: [output.numpy() for output in run_all()]
 
 
 def with_backward(products: list[Product]) -> list[tuple[Product, bool, bool]]:
@@ -194,6 +256,15 @@ def run(steps: int, warmup: int, tiny: bool = False, only: str = "all") -> dict:
             "ms": by_library,
             "floor_ms": min(by_library.values()),
         }
+    report["maps"] = {}
+    for name in "AB":
+        maps = attention_maps(shapes[name])
+        report["maps"][name] = {
+            "maps": len(maps),
+            "elements": sum(int(np.prod(one)) for one in maps),
+            "dropout": shapes[name].dropout,
+            "ms": median(time_calls(maps_runner(maps, shapes[name].dropout), steps, warmup)),
+        }
     report["steps"] = {name: whole_steps(name, shapes[name], steps, warmup, only) for name in "AB"}
     return report
 
@@ -237,6 +308,14 @@ def bounds(report: dict) -> list[str]:
             f"{best['median_ms'] / floor['floor_ms']:.2f}x faster than that peer"
         )
         lines.append(line)
+        maps = report.get("maps", {}).get(config)
+        if maps:
+            both = floor["floor_ms"] + maps["ms"]
+            lines.append(
+                f"{config}: with its attention maps' softmax and dropout ({maps['maps']} maps, "
+                f"forward and backward, {maps['ms']:.1f} ms) {both:.1f} ms: at most "
+                f"{best['median_ms'] / both:.2f}x faster than that peer"
+            )
     narrow = [name for name in report["floors"] if name.startswith("B, ")]
     for name in narrow:
         floor = report["floors"][name]

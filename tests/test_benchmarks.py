@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks import (
@@ -222,6 +223,41 @@ def test_gemm_floor_runs_every_product_with_its_gradients():
     assert "tensorflow" in timed and all(ms > 0 for ms in timed.values())
 
 
+def test_gemm_floor_counts_every_attention_map_of_a_step():
+    a, b = train_step.CONFIGS["A"], train_step.CONFIGS["B"]
+    maps = gemm_floor.attention_maps(a)
+    assert len(maps) == 3 * a.num_layers
+    source, target = a.source_length, a.target_length
+    assert set(maps) == {
+        (a.batch, a.num_heads, queries, keys)
+        for queries, keys in [(source, source), (target, target), (target, source)]
+    }
+    assert gemm_floor.attention_maps(b) == [(b.batch, b.num_heads, b.length, b.length)]
+
+
+def test_gemm_floor_map_work_is_the_masked_softmax_gradient():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+    scores = rng.standard_normal((2, 3, 4, 5))
+    upstream = rng.standard_normal((2, 3, 4, 5))
+    keep = rng.random((2, 1, 1, 5)) > 0.3
+    keep[..., 0] = True
+    gradient = gemm_floor.weights_backward(
+        tf.constant(scores, tf.float32),
+        tf.constant(keep),
+        tf.constant(upstream, tf.float32),
+        rate=0.0,
+        seed_generator=None,
+    )
+
+    shifted = np.where(keep, scores, -np.inf)
+    weights = np.exp(shifted - shifted.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    expected = weights * (upstream - (weights * upstream).sum(-1, keepdims=True))
+    np.testing.assert_allclose(gradient.numpy(), expected, atol=1e-5)
+
+
 def test_gemm_floor_writes_floors_and_our_steps(tmp_path):
     path = tmp_path / "gemm_floor.json"
     gemm_floor.main(
@@ -231,6 +267,10 @@ def test_gemm_floor_writes_floors_and_our_steps(tmp_path):
     report = json.loads(path.read_text())
     assert set(report["floors"]) == {"A", "B", "B, key_dim 8"}
     assert all(floor["floor_ms"] > 0 for floor in report["floors"].values())
+    for config, shape in train_step.TINY_CONFIGS.items():
+        maps = report["maps"][config]
+        assert maps["maps"] == len(gemm_floor.attention_maps(shape)) and maps["ms"] > 0
+        assert maps["dropout"] == shape.dropout
     for config in "AB":
         (ours,) = report["steps"][config]
         assert ours["implementation"] == "ours" and ours["median_ms"] > 0
