@@ -71,11 +71,14 @@ def child(args: argparse.Namespace) -> dict:
     from mintransformer.training import translation
 
     try:  # what the trainer does first, in checkouts that have it
-        from mintransformer.backend_adapter import configure_runtime
-
-        configure_runtime()
+        from mintransformer import backend_adapter
     except ImportError:
-        pass
+        backend_adapter = None
+    # configure_runtime was configure_threads (thread pools only) in older checkouts.
+    for setup in ("configure_runtime", "configure_threads"):
+        if hasattr(backend_adapter, setup):
+            print(getattr(backend_adapter, setup)())
+            break
     try:
         from mintransformer.loading import build_model
         from mintransformer.training.loop import fit
