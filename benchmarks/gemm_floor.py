@@ -13,9 +13,9 @@ step in the same process, and prints:
   dropout, normalisation, the loss, Adam) cost nothing;
 - the same bound once the attention maps are counted too: each attention call's masked
   softmax and the dropout of its weights, forward and backward, over every
-  `(batch, heads, queries, keys)` map of the step, as one compiled TensorFlow function (the
-  mask added as a bias, `backend_adapter.dropout` at the config's rate). Every implementation
-  here materialises these maps; none has a fused attention kernel on the CPU.
+  `(batch, heads, queries, keys)` map of the step, as one compiled TensorFlow function (our
+  attention's `masked_softmax` and `backend_adapter.dropout` at the config's rate). Every
+  implementation here materialises these maps; none has a fused attention kernel on the CPU.
 
 Forward, a dense layer is X[M, K] @ W[K, N]; backward it adds dY @ W^T (M, N, K) and
 X^T @ dY (K, M, N). Attention's two batched products per head (Q K^T, then weights @ V) are
@@ -97,16 +97,18 @@ def attention_maps(shape: TranslationShape | ClassifierShape) -> list[AttentionM
 def weights_backward(scores, keep, upstream, rate: float, seed_generator):
     """The gradient of `sum(dropout(softmax(masked scores)) * upstream)` over `scores`.
 
-    One attention call's work on its map, forward and backward, without the products:
-    `keep` (bool, broadcastable to `scores`) is added as a 0 / -1e9 bias before the softmax.
+    One attention call's work on its map, forward and backward, without the products, as
+    our `MultiHeadAttention` does it in training: `masked_softmax` with `keep` (bool,
+    broadcastable to `scores`) as the mask, rows left for the output to zero.
     """
     import tensorflow as tf
 
     from mintransformer.backend_adapter import dropout
+    from mintransformer.layers.attention import masked_softmax
 
     with tf.GradientTape() as tape:
         tape.watch(scores)
-        weights = tf.nn.softmax(scores + tf.where(keep, 0.0, -1e9), axis=-1)
+        weights = masked_softmax(scores, keep, zero_masked_rows=False)
         if rate > 0:
             weights = dropout(weights, rate, seed_generator)
         total = tf.reduce_sum(weights * upstream)

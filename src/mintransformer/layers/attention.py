@@ -31,9 +31,7 @@ def attention_weights(query, key, mask=None, zero_masked_rows=True):
         query: `(..., query_length, depth)`.
         key: `(..., key_length, depth)`.
         mask: optional bool, broadcastable to `(..., query_length, key_length)`.
-        zero_masked_rows: False leaves a row whose keys are all masked uniform,
-            for a caller that zeroes those rows of its output (`has_keys`); this
-            saves a select over the weights, forward and backward.
+        zero_masked_rows: as in `masked_softmax`.
 
     Returns:
         float32 `(..., query_length, key_length)`; each row sums to 1, or to 0
@@ -42,7 +40,19 @@ def attention_weights(query, key, mask=None, zero_masked_rows=True):
     depth = query.shape[-1]
     scores = ops.matmul(query, ops.swapaxes(key, -1, -2))
     # The softmax runs in float32 even under bf16 mixed precision.
-    scores = ops.cast(scores, "float32") / math.sqrt(depth)
+    return masked_softmax(ops.cast(scores, "float32") / math.sqrt(depth), mask, zero_masked_rows)
+
+
+def masked_softmax(scores, mask=None, zero_masked_rows=True):
+    """Softmax over the last axis of `scores` with masked keys given weight exactly 0.
+
+    Args:
+        scores: `(..., query_length, key_length)`.
+        mask: optional bool, broadcastable to `scores`; True = may attend.
+        zero_masked_rows: False leaves a row whose keys are all masked uniform,
+            for a caller that zeroes those rows of its output (`has_keys`); this
+            saves a select over the weights, forward and backward.
+    """
     if mask is None:
         return ops.softmax(scores, axis=-1)
     # Added, not selected: the bias is the mask's size (no heads axis), and an addition's
