@@ -171,18 +171,6 @@ def time_in_turns(
     return {name: results[name] for name in builders}
 
 
-def start_runtime() -> str:
-    """Sets up this process's backend runtime as training does (`configure_runtime`);
-    returns its log line, for the report.
-
-    Only takes effect before TensorFlow runs its first op, and then holds for every
-    TensorFlow implementation in the process, ours and the peers alike.
-    """
-    from mintransformer.backend_adapter import configure_runtime
-
-    return configure_runtime()
-
-
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 

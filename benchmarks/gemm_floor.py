@@ -40,7 +40,6 @@ from benchmarks.common import (
     format_table,
     machine,
     median,
-    start_runtime,
     time_calls,
     time_in_turns,
     versions,
@@ -237,8 +236,9 @@ def whole_steps(config: str, shape, steps: int, warmup: int, only: str) -> list[
 
 def run(steps: int, warmup: int, tiny: bool = False, only: str = "all") -> dict:
     from benchmarks.train_step import CONFIGS, TINY_CONFIGS
+    from mintransformer.backend_adapter import configure_runtime
 
-    runtime = start_runtime()
+    runtime = configure_runtime()
 
     shapes = TINY_CONFIGS if tiny else CONFIGS
     a, b = shapes["A"], shapes["B"]

@@ -35,7 +35,6 @@ from benchmarks.common import (
     keras_backend,
     machine,
     median,
-    start_runtime,
     time_in_turns,
     versions,
     write_json,
@@ -122,7 +121,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", default=str(RESULTS_DIR / "step_ablation.json"))
     args = parser.parse_args(argv)
     shape = (TINY_CONFIGS if args.tiny else CONFIGS)["A"]
-    runtime = start_runtime()
+    from mintransformer.backend_adapter import configure_runtime
+
+    runtime = configure_runtime()
     results = run(shape, args.rounds, args.warmup)
     report = {
         "benchmark": "step_ablation",

@@ -56,7 +56,6 @@ from benchmarks.common import (
     machine,
     median,
     run_per_backend,
-    start_runtime,
     time_calls,
     time_in_turns,
     translation_batch,
@@ -427,7 +426,9 @@ def run_here(args: argparse.Namespace) -> dict:
     configs = ["A", "B"] if args.config == "all" else [args.config]
     precisions = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
     report = new_report(args)
-    report["meta"]["runtime"] = start_runtime()
+    from mintransformer.backend_adapter import configure_runtime
+
+    report["meta"]["runtime"][keras_backend()] = configure_runtime()
     report["meta"]["versions"] = versions()
     for config in configs:
         report["configs"][config] = describe_config(config, shapes[config])
@@ -478,6 +479,7 @@ def new_report(args: argparse.Namespace) -> dict:
             "warmup": args.warmup,
             "tiny": args.tiny,
             "keras_backends": args.backends.split(",") if args.backends else [keras_backend()],
+            "runtime": {},  # the runtime log line of each backend
             "machine": machine(),
         },
         "configs": {},
@@ -526,11 +528,9 @@ def finalize(report: dict) -> dict:
 def merge(reports: list[dict], args: argparse.Namespace) -> dict:
     """One report from the per-backend child reports."""
     merged = new_report(args)
-    merged["meta"]["runtime"] = {}
     for report in reports:
         merged["meta"].setdefault("versions", report["meta"]["versions"])
-        for backend in report["meta"]["keras_backends"]:
-            merged["meta"]["runtime"][backend] = report["meta"].get("runtime")
+        merged["meta"]["runtime"].update(report["meta"]["runtime"])
         merged["configs"].update(report["configs"])
         merged["results"] += report["results"]
         merged["skipped"] += report["skipped"]
@@ -574,12 +574,7 @@ def table(report: dict) -> str:
 def summary(report: dict) -> str:
     """The table, the matmul peaks and the skipped implementations, as text."""
     lines = ["", table(report)]
-    runtime = report["meta"].get("runtime")
-    lines.append("")
-    if isinstance(runtime, dict):
-        lines += [f"{backend}: {line}" for backend, line in runtime.items()]
-    elif runtime:
-        lines.append(runtime)
+    lines += ["", *(f"{backend}: {line}" for backend, line in report["meta"]["runtime"].items())]
     matmul = report.get("matmul")
     if matmul:
         found = ", ".join(

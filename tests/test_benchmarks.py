@@ -36,6 +36,8 @@ def test_train_step_writes_timings_for_ours(tmp_path):
     report = json.loads(path.read_text())
     assert {"meta", "configs", "matmul", "results", "skipped"} <= set(report)
     assert report["matmul"]["peak_gflops"]["fp32"] > 0
+    (line,) = report["meta"]["runtime"].values()  # one backend, its runtime line
+    assert set(report["meta"]["runtime"]) == {keras_backend()} and line.startswith("runtime:")
     assert {"flops_per_step", "params_nonembedding", "tokens_per_step"} <= set(
         report["configs"]["A"]
     )
