@@ -15,7 +15,7 @@ Three implementations, each timed on greedy search and beam search (4 beams) at 
   step, as the course material does (the model call compiled, as for ours cached);
 - keras-hub cached: keras-hub's `TransformerDecoder` self- and cross-attention caches
   (`peers_keras_hub.KerasHubCachedSteps`), its steps compiled the same way as ours;
-- onnxruntime fp32 / int8: our model exported (`mintransformer.export`, TensorFlow only)
+- onnxruntime fp32 / int8: our model exported (`export.onnx_graphs`, TensorFlow only)
   and run by `onnx_engine.OnnxSteps`, one onnxruntime call per token from the searches'
   Python loops; int8 is onnxruntime's dynamic quantization of the weights.
 
@@ -110,9 +110,9 @@ def onnx_steps(model, shape: TranslationShape, int8: bool):
     if keras_backend() != "tensorflow":
         raise UnavailableError("exporting to ONNX runs on the TensorFlow backend only")
     try:
-        from mintransformer.export import cache_layout, translation_graphs, write_graphs
-        from mintransformer.export_folder import GRAPHS
-        from mintransformer.onnx_engine import OnnxSteps, inference_session
+        from mintransformer.export.folder import GRAPHS
+        from mintransformer.export.onnx_engine import OnnxSteps, inference_session
+        from mintransformer.export.onnx_graphs import cache_layout, translation_graphs, write_graphs
 
         folder = Path(tempfile.mkdtemp(prefix="decoding-onnx-"))
         write_graphs(translation_graphs(model), folder, int8)
@@ -121,7 +121,12 @@ def onnx_steps(model, shape: TranslationShape, int8: bool):
     sizes = {name: (folder / name).stat().st_size for name in GRAPHS["translation"]}
     print(f"exported {'int8' if int8 else 'fp32'} graphs, bytes: {sizes}", flush=True)
     sessions = [inference_session(folder / name) for name in GRAPHS["translation"]]
-    return OnnxSteps(*sessions, **cache_layout(model), max_length=shape.target_length)
+    return OnnxSteps(
+        *sessions,
+        **cache_layout(model),
+        max_length=shape.target_length,
+        source_positions=model.encoder.max_length,
+    )
 
 
 def step_builders(shape: TranslationShape, only: str) -> dict[str, Callable[[], object]]:

@@ -14,7 +14,7 @@ step in the same process, and prints:
 - the same bound once the attention maps are counted too: each attention call's masked
   softmax and the dropout of its weights, forward and backward, over every
   `(batch, heads, queries, keys)` map of the step, as one compiled TensorFlow function (our
-  attention's `masked_softmax` and `backend_adapter.dropout` at the config's rate). Every
+  attention's `masked_softmax` and `backend.kernels.dropout` at the config's rate). Every
   implementation here materialises these maps; none has a fused attention kernel on the CPU.
 
 Forward, a dense layer is X[M, K] @ W[K, N]; backward it adds dY @ W^T (M, N, K) and
@@ -102,7 +102,7 @@ def weights_backward(scores, keep, upstream, rate: float, seed_generator):
     """
     import tensorflow as tf
 
-    from mintransformer.backend_adapter import dropout
+    from mintransformer.backend.kernels import dropout
     from mintransformer.layers.attention import masked_softmax
 
     with tf.GradientTape() as tape:
@@ -236,7 +236,7 @@ def whole_steps(config: str, shape, steps: int, warmup: int, only: str) -> list[
 
 def run(steps: int, warmup: int, tiny: bool = False, only: str = "all") -> dict:
     from benchmarks.train_step import CONFIGS, TINY_CONFIGS
-    from mintransformer.backend_adapter import configure_runtime
+    from mintransformer.backend.runtime import configure_runtime
 
     runtime = configure_runtime()
 

@@ -51,7 +51,7 @@ def environment() -> dict[str, str]:
 
 
 def newest_epoch(run: Path) -> int:
-    from mintransformer.run import RunDirectory
+    from mintransformer.runs.directory import RunDirectory
 
     saved = RunDirectory(run).checkpoints()
     return RunDirectory.epoch_of(saved[-1]) if saved else 0
@@ -86,8 +86,8 @@ def train_to_the_end(run: Path, epochs: int) -> tuple[float, float]:
 def kill_in_epoch(run: Path, epochs: int, target: int, delay: float) -> dict:
     """Starts or resumes `run`; SIGKILLs it `delay` seconds after it has written the
     checkpoint of epoch `target` (after it started, for 0), if it still runs."""
-    from mintransformer import checkpoints
-    from mintransformer.run import RunDirectory
+    from mintransformer.runs import checkpoints
+    from mintransformer.runs.directory import RunDirectory
 
     process = start(run, epochs)
     while process.poll() is None and newest_epoch(run) < target:
@@ -112,7 +112,7 @@ def kill_in_epoch(run: Path, epochs: int, target: int, delay: float) -> dict:
 
 def compare_weights(got: Path, expected: Path) -> dict:
     """How many tensors of two weight files are bit for bit equal, and the largest difference."""
-    from mintransformer import checkpoints
+    from mintransformer.runs import checkpoints
 
     got_arrays, _ = checkpoints.read_arrays(got)
     expected_arrays, _ = checkpoints.read_arrays(expected)

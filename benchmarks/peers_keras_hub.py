@@ -15,7 +15,7 @@ import numpy as np
 from keras import ops
 
 from benchmarks.common import PAD_ID, ClassifierShape, TranslationShape
-from mintransformer.backend_adapter import compile_inference
+from mintransformer.backend.compilation import compile_inference
 
 
 class Translator(keras.Model):

@@ -13,7 +13,7 @@ each variant's (> 1: the variant is faster, i.e. what it leaves out costs that m
 - no dropout at all;
 - LayerNorm replaced by its scale and shift (what normalising costs);
 - SGD instead of Adam (what the optimizer update costs);
-- Keras' own Adam instead of `backend_adapter.adam`;
+- Keras' own Adam instead of `backend.optimizer.adam`;
 - the train step compiled with XLA (`jit_compile`; TensorFlow only, JAX always is).
 
 Variants change the model, so their losses differ: this measures time, never quality.
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", default=str(RESULTS_DIR / "step_ablation.json"))
     args = parser.parse_args(argv)
     shape = (TINY_CONFIGS if args.tiny else CONFIGS)["A"]
-    from mintransformer.backend_adapter import configure_runtime
+    from mintransformer.backend.runtime import configure_runtime
 
     runtime = configure_runtime()
     results = run(shape, args.rounds, args.warmup)

@@ -98,7 +98,7 @@ TINY_CONFIGS = {
 MATMUL_SIZE = 2048
 TINY_MATMUL_SIZE = 256
 LABEL_SMOOTHING = 0.1  # TranslationConfig's default, used by every translation implementation
-STEPS_PER_EPOCH = 1000  # only sets the Noam schedule's warm-up in compile_for_training
+STEPS_PER_EPOCH = 1000  # only sets the Noam schedule's warm-up in compile_model
 OURS = "ours"
 
 
@@ -210,7 +210,7 @@ def keras_adam():
 
 
 def ours_translation(shape: TranslationShape, precision: str) -> Callable[[], object]:
-    """`Transformer` in the trainer `compile_for_training` returns, stepped with `train_on_batch`.
+    """`Transformer` in the trainer `compile_model` returns, stepped with `train_on_batch`.
 
     `train_on_batch` runs the train function `fit` builds (`make_train_function`) on one
     batch and returns the logs as Python floats, so each call ends synchronised.
@@ -230,7 +230,7 @@ def ours_translation_trainer(
 
     from mintransformer import Transformer
     from mintransformer.config import TranslationConfig
-    from mintransformer.training.translation import compile_for_training
+    from mintransformer.training.translation import compile_model
 
     keras.utils.set_random_seed(SEED)
     source, target_in, labels = translation_batch(shape)
@@ -261,18 +261,18 @@ def ours_translation_trainer(
         label_smoothing=LABEL_SMOOTHING,
         mixed_precision=precision == "bf16",
     )
-    trainer = compile_for_training(model, config, STEPS_PER_EPOCH)
+    trainer = compile_model(model, config, STEPS_PER_EPOCH)
     return trainer, (source, target_in), labels
 
 
 def ours_classification(shape: ClassifierShape, precision: str) -> Callable[[], object]:
-    """`TextClassifier` (2 classes, float32 logits) compiled by its `compile_for_training`."""
+    """`TextClassifier` (2 classes, float32 logits) compiled by its `compile_model`."""
     import keras
 
     try:
         from mintransformer.config import ClassificationConfig
         from mintransformer.models.classifier import TextClassifier
-        from mintransformer.training.classification import compile_for_training
+        from mintransformer.training.classification import compile_model
     except ImportError:
         raise UnavailableError("TextClassifier not available") from None
 
@@ -306,7 +306,7 @@ def ours_classification(shape: ClassifierShape, precision: str) -> Callable[[], 
         labels=["negative", "positive"],
         mixed_precision=precision == "bf16",
     )
-    compile_for_training(model, config, STEPS_PER_EPOCH)
+    compile_model(model, config, STEPS_PER_EPOCH)
     return lambda: model.train_on_batch(ids, labels)
 
 
@@ -426,7 +426,7 @@ def run_here(args: argparse.Namespace) -> dict:
     configs = ["A", "B"] if args.config == "all" else [args.config]
     precisions = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
     report = new_report(args)
-    from mintransformer.backend_adapter import configure_runtime
+    from mintransformer.backend.runtime import configure_runtime
 
     report["meta"]["runtime"][keras_backend()] = configure_runtime()
     report["meta"]["versions"] = versions()

@@ -36,7 +36,7 @@ ENGINES = {"keras": ("keras", ""), "onnx": ("onnx", "onnx"), "onnx-int8": ("onnx
 def measure(args: argparse.Namespace) -> dict:
     """In this process: start-up and two passes per batch size for `args.engine`."""
     started = time.perf_counter()
-    from mintransformer.translation import Translator
+    from mintransformer.inference.translator import Translator
 
     engine, folder = ENGINES[args.engine]
     path = Path(args.run) / folder if folder else Path(args.run)

@@ -66,24 +66,36 @@ def child(args: argparse.Namespace) -> dict:
     """Trains the running checkout's `base` model and measures its epochs."""
     import keras
 
-    from mintransformer.run import RunDirectory
-    from mintransformer.tokenizer import Tokenizer
     from mintransformer.training import translation
 
-    try:  # what the trainer does first, in checkouts that have it
-        from mintransformer import backend_adapter
-    except ImportError:
-        backend_adapter = None
-    # configure_runtime was configure_threads (thread pools only) in older checkouts.
-    for setup in ("configure_runtime", "configure_threads"):
-        if hasattr(backend_adapter, setup):
-            print(getattr(backend_adapter, setup)())
-            break
-    try:
-        from mintransformer.loading import build_model
+    try:  # the layout of packages (backend/, runs/, data/tokenizer.py)
+        from mintransformer.backend.runtime import configure_runtime
+        from mintransformer.data.tokenizer import Tokenizer
+        from mintransformer.runs.directory import RunDirectory
+        from mintransformer.runs.loading import build_model
         from mintransformer.training.loop import fit
-    except ImportError:  # checkouts before `training/loop.py`
-        build_model, fit = translation.build_model, translation.fit_run
+
+        print(configure_runtime())
+        compile_model = translation.compile_model
+    except ImportError:  # flat checkouts, before it
+        from mintransformer.run import RunDirectory
+        from mintransformer.tokenizer import Tokenizer
+
+        try:  # what the trainer does first, in checkouts that have it
+            from mintransformer import backend_adapter
+        except ImportError:
+            backend_adapter = None
+        # configure_runtime was configure_threads (thread pools only) in older checkouts.
+        for setup in ("configure_runtime", "configure_threads"):
+            if hasattr(backend_adapter, setup):
+                print(getattr(backend_adapter, setup)())
+                break
+        try:
+            from mintransformer.loading import build_model
+            from mintransformer.training.loop import fit
+        except ImportError:  # checkouts before `training/loop.py`
+            build_model, fit = translation.build_model, translation.fit_run
+        compile_model = translation.compile_for_training
 
     config = base_config(args.epochs)
     keras.utils.set_random_seed(config.seed)
@@ -102,7 +114,7 @@ def child(args: argparse.Namespace) -> dict:
     )
     model = build_model(config, tokenizer.vocab_size)
     # Newer checkouts return the model to fit (a trainer around `model`); older ones None.
-    trainee = translation.compile_for_training(model, config, len(train)) or model
+    trainee = compile_model(model, config, len(train)) or model
 
     epoch_seconds = []
 

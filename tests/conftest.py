@@ -82,13 +82,13 @@ def value_and_gradients(fn, *arrays):
 def train_run(path, spec: dict, **settings):
     """Trains a translation run on the corpus `spec` describes; returns (Translator, run)."""
     from mintransformer.data.corpora import load_corpus
-    from mintransformer.run import RunDirectory, TranslationConfig
-    from mintransformer.training.translation import train_translation
-    from mintransformer.translation import Translator
+    from mintransformer.inference.translator import Translator
+    from mintransformer.runs.directory import RunDirectory, TranslationConfig
+    from mintransformer.training import translation
 
     run = RunDirectory.create(path, TranslationConfig(data=spec, **settings))
-    model, tokenizer = train_translation(run, load_corpus(spec), verbose=0)
-    return Translator(model, tokenizer), run
+    model, tokenizer = train_in(translation, run, load_corpus(spec))
+    return Translator.from_model(model, tokenizer), run
 
 
 @pytest.fixture(scope="session")
@@ -117,11 +117,11 @@ def trained_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def untrained_classifier_run(tmp_path_factory):
     """A two-class classifier with its initial weights, saved as a run."""
-    from mintransformer import checkpoints
     from mintransformer.config import ClassificationConfig
-    from mintransformer.loading import build_model
-    from mintransformer.run import RunDirectory
-    from mintransformer.tokenizer import Tokenizer
+    from mintransformer.data.tokenizer import Tokenizer
+    from mintransformer.runs import checkpoints
+    from mintransformer.runs.directory import RunDirectory
+    from mintransformer.runs.loading import build_model
 
     config = ClassificationConfig(
         labels=["neg", "pos"], num_layers=1, d_model=16, num_heads=2, dff=32, max_length=16
@@ -217,18 +217,34 @@ class InterruptedRunError(Exception):
 def interrupt_after_epoch(last_epoch: int):
     """Within the block, training raises `InterruptedRunError` right after it has
     checkpointed epoch `last_epoch` (0-based), as if the process died there."""
-    from mintransformer.training import loop
+    from mintransformer.training import callbacks
 
-    original = loop.EpochCheckpoint.on_epoch_end
+    original = callbacks.EpochCheckpoint.on_epoch_end
 
     def checkpoint_then_stop(self, epoch, logs=None):
         original(self, epoch, logs)
         if epoch == last_epoch:
             raise InterruptedRunError
 
-    loop.EpochCheckpoint.on_epoch_end = checkpoint_then_stop
+    callbacks.EpochCheckpoint.on_epoch_end = checkpoint_then_stop
     try:
         with pytest.raises(InterruptedRunError):
             yield
     finally:
-        loop.EpochCheckpoint.on_epoch_end = original
+        callbacks.EpochCheckpoint.on_epoch_end = original
+
+
+def train_in(module, run, data, resume: bool = False):
+    """Trains the run directory `run` (made by `RunDirectory.create`) on `data` with the
+    task of the training module `module`; resumes it with `resume`.
+
+    Returns:
+        the model with its final weights, and the tokenizer.
+    """
+    from mintransformer.training import loop
+
+    config = None if resume else run.config()
+    trained = loop.train(
+        module.TASK, run.path, config, data=data, resume=resume, overwrite=not resume, verbose=0
+    )
+    return trained.model, trained.tokenizer

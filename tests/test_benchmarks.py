@@ -22,7 +22,7 @@ from benchmarks import (
     translation_throughput,
 )
 from benchmarks.common import UnavailableError, keras_backend, time_in_turns
-from mintransformer.run import RunDirectory
+from mintransformer.runs.directory import RunDirectory
 
 ROOT = Path(__file__).resolve().parents[1]
 

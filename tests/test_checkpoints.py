@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from mintransformer import checkpoints
+from mintransformer.runs import checkpoints
 from tests.conftest import to_numpy
 
 

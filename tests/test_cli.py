@@ -138,7 +138,7 @@ def test_warnings_are_one_line_like_the_errors(trained_run):
 
 
 def translate_in_process(run, *texts) -> str:
-    from mintransformer.translation import Translator
+    from mintransformer.inference.translator import Translator
 
     return "".join(line + "\n" for line in Translator.from_run(run).translate(list(texts)))
 

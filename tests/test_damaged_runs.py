@@ -8,11 +8,12 @@ import keras
 import numpy as np
 import pytest
 
-from mintransformer import checkpoints, cli
+from mintransformer import cli
 from mintransformer.config import FORMAT_VERSION, config_from_json
-from mintransformer.errors import CorruptFileError
-from mintransformer.loading import build_model
-from mintransformer.run import LOCK, RunDirectory
+from mintransformer.core.errors import CorruptFileError
+from mintransformer.runs import checkpoints
+from mintransformer.runs.directory import LOCK, RunDirectory
+from mintransformer.runs.loading import build_model
 
 REBUILD = "--resume"  # model.npz is rebuilt from the checkpoints
 RETRAIN = "--overwrite"  # config.json and tokenizer.json cannot be rebuilt

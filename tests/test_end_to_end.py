@@ -12,14 +12,14 @@ import time
 import numpy as np
 import pytest
 
-from mintransformer import checkpoints
 from mintransformer.config import TranslationConfig
 from mintransformer.data.corpora import load_corpus, numbers_spec, parallel_spec
-from mintransformer.loading import build_model
-from mintransformer.run import RunDirectory
-from mintransformer.training.translation import train_translation
-from mintransformer.translation import Translator, score
-from tests.conftest import train_run
+from mintransformer.inference.translator import Translator, score
+from mintransformer.runs import checkpoints
+from mintransformer.runs.directory import RunDirectory
+from mintransformer.runs.loading import build_model
+from mintransformer.training import translation
+from tests.conftest import train_in, train_run
 
 pytestmark = pytest.mark.slow
 
@@ -111,12 +111,14 @@ def test_small_model_on_real_multi30k_beats_an_untrained_one(tmp_path, shared_da
         average_last=1,
     )
     run = RunDirectory.create(tmp_path / "run", config)
-    model, tokenizer = train_translation(run, small, verbose=0)
+    model, tokenizer = train_in(translation, run, small)
     sources = [s for s, _ in corpus["val"][200:400]]
     references = [t for _, t in corpus["val"][200:400]]
-    trained = score(Translator(model, tokenizer).translate(sources), references)
+    trained = score(Translator.from_model(model, tokenizer).translate(sources), references)
     untrained_model = build_model(config, tokenizer.vocab_size)
-    untrained = score(Translator(untrained_model, tokenizer).translate(sources), references)
+    untrained = score(
+        Translator.from_model(untrained_model, tokenizer).translate(sources), references
+    )
     assert untrained.bleu < 1.0
     assert trained.bleu >= BLEU_FLOOR, str(trained)
 
@@ -126,10 +128,10 @@ BLEU_FLOOR = 18.0
 
 
 def test_small_classifier_on_real_imdb_beats_an_untrained_one(tmp_path, shared_data_dir):
-    from mintransformer.classification import Classifier
     from mintransformer.config import ClassificationConfig
     from mintransformer.data.labelled import read_labelled, split_validation
-    from mintransformer.training.classification import train_classification
+    from mintransformer.inference.classifier import Classifier
+    from mintransformer.training import classification
 
     reviews = read_labelled(shared_data_dir / "imdb" / "train.jsonl.gz")
     sample = [reviews[i] for i in np.random.default_rng(0).permutation(len(reviews))[:5000]]
@@ -150,11 +152,12 @@ def test_small_classifier_on_real_imdb_beats_an_untrained_one(tmp_path, shared_d
         peak_learning_rate=2e-3,
     )
     run = RunDirectory.create(tmp_path / "run", config)
-    model, tokenizer = train_classification(run, {"train": train, "val": val}, verbose=0)
+    model, tokenizer = train_in(classification, run, {"train": train, "val": val})
     texts = [text for text, _ in held_out]
     labels = np.array([int(label) for _, label in held_out])
-    trained = Classifier(model, tokenizer, config).probabilities(texts).argmax(-1)
-    untrained = Classifier(build_model(config, tokenizer.vocab_size), tokenizer, config)
+    trained = Classifier.from_model(model, tokenizer, config).probabilities(texts).argmax(-1)
+    untrained_model = build_model(config, tokenizer.vocab_size)
+    untrained = Classifier.from_model(untrained_model, tokenizer, config)
     assert (untrained.probabilities(texts).argmax(-1) == labels).mean() < 0.6
     assert (trained == labels).mean() >= ACCURACY_FLOOR
 

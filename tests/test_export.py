@@ -15,27 +15,28 @@ pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="exporting to ONNX runs on TensorFlow only"
 )
 
-from mintransformer import cli, export  # noqa: E402
-from mintransformer.classification import Classifier  # noqa: E402
+from mintransformer import cli  # noqa: E402
 from mintransformer.config import ClassificationConfig, make_config  # noqa: E402
 from mintransformer.data.corpora import load_corpus  # noqa: E402
 from mintransformer.data.lengths import pad_batch  # noqa: E402
 from mintransformer.decoding.beam import beam_search  # noqa: E402
 from mintransformer.decoding.greedy import greedy_search  # noqa: E402
 from mintransformer.decoding.steps import CachedLanguageModelSteps, CachedSteps  # noqa: E402
-from mintransformer.export import export_run  # noqa: E402
-from mintransformer.generation import Generator  # noqa: E402
-from mintransformer.onnx_engine import (  # noqa: E402
+from mintransformer.export import onnx_graphs as export  # noqa: E402
+from mintransformer.export.onnx_engine import (  # noqa: E402
     KeyValueCache,
-    OnnxClassifier,
-    OnnxGenerator,
     OnnxLanguageModelSteps,
-    OnnxTranslator,
+    inference_session,
+    open_export,
 )
-from mintransformer.run import RunDirectory  # noqa: E402
-from mintransformer.training import language_model  # noqa: E402
-from mintransformer.training.classification import train_classification  # noqa: E402
-from mintransformer.translation import Translator  # noqa: E402
+from mintransformer.export.onnx_graphs import export_run  # noqa: E402
+from mintransformer.inference.classifier import Classifier  # noqa: E402
+from mintransformer.inference.generator import Generator  # noqa: E402
+from mintransformer.inference.translator import Translator  # noqa: E402
+from mintransformer.runs.directory import RunDirectory  # noqa: E402
+from mintransformer.runs.loading import load_trained  # noqa: E402
+from mintransformer.training import classification, language_model  # noqa: E402
+from tests.conftest import train_in  # noqa: E402
 from tests.training.test_classification import TINY, synthetic_reviews  # noqa: E402
 
 FRAMEWORKS = ("keras", "tensorflow", "jax", "torch", "tf2onnx")
@@ -69,7 +70,7 @@ def classification_run(tmp_path_factory):
     config = ClassificationConfig(labels=["neg", "pos"], **{**TINY, "epochs": 2})
     run = RunDirectory.create(tmp_path_factory.mktemp("runs") / "sentiment", config)
     splits = {"train": synthetic_reviews(300, seed=0), "val": synthetic_reviews(30, seed=1)}
-    train_classification(run, splits, verbose=0)
+    train_in(classification, run, splits)
     export_run(run.path)
     return run
 
@@ -196,7 +197,7 @@ def test_key_value_cache_writes_slots_in_place_and_reorders_rows():
 def test_exported_classifier_probabilities_match_keras(classification_run):
     keras_classifier = Classifier.from_run(classification_run.path)
     onnx_classifier = Classifier.from_run(classification_run.path, engine="onnx")
-    assert isinstance(onnx_classifier, OnnxClassifier)
+    assert onnx_classifier.engine.__module__ == "mintransformer.export.onnx_engine"
     for count, seed in [(1, 4), (7, 5)]:
         texts = [text for text, _ in synthetic_reviews(count, seed)]
         expected = keras_classifier.probabilities(texts)
@@ -205,13 +206,11 @@ def test_exported_classifier_probabilities_match_keras(classification_run):
 
 @pytest.mark.parametrize("batch", [1, 3])
 def test_exported_language_model_step_logits_match_keras(language_model_run, batch):
-    keras_generator = Generator.from_run(language_model_run.path)
-    onnx_generator = Generator.from_run(language_model_run.path, engine="onnx")
-    assert isinstance(onnx_generator, OnnxGenerator)
-    keras_steps = CachedLanguageModelSteps(keras_generator.model, 8)
-    onnx_steps = OnnxLanguageModelSteps(
-        onnx_generator.step_session, **onnx_generator.cache, max_length=8
-    )
+    model, _, config = load_trained(language_model_run.path)
+    keras_steps = CachedLanguageModelSteps(model, 8)
+    folder, manifest, _, _ = open_export(language_model_run.path, type(config))
+    session = inference_session(folder.graph_path("lm_step.onnx"))
+    onnx_steps = OnnxLanguageModelSteps(session, **manifest["cache"], max_length=8)
     tokens = np.full(batch, 2, "int32")  # </s>: a line starts
     states = keras_steps.start(batch), onnx_steps.start(batch)
     assert_same_scores(keras_steps, onnx_steps, *states, tokens)
@@ -233,8 +232,8 @@ def test_onnx_engine_imports_no_framework(
     script = f"""
 import sys
 from mintransformer import cli
-from mintransformer.classification import Classifier
-from mintransformer.translation import Translator
+from mintransformer.inference.classifier import Classifier
+from mintransformer.inference.translator import Translator
 print(Translator.from_run({folder!r}, engine="onnx").translate(["five"]))
 print(Classifier.from_run({str(classification_run.path)!r}, engine="onnx").classify(["superb"]))
 cli.main(["generate", "--engine", "onnx", "--run", {str(language_model_run.path)!r}, "the"])
@@ -300,14 +299,18 @@ def test_cli_evaluates_an_export_as_keras_does(capsys, trained_run, tmp_path):
     assert onnx_out.split("[")[0] == keras_out.split("[")[0]  # all but the time taken
 
 
-def test_int8_export_is_smaller_and_still_translates(trained_run, tmp_path):
+def test_int8_export_is_smaller_and_still_translates(trained_run, tmp_path, caplog):
     fp32 = export_run(trained_run.path, tmp_path / "fp32")
     int8 = export_run(trained_run.path, tmp_path / "int8", int8=True)
+    # onnxruntime's advice to pre-process first does not apply to weight-only quantization.
+    assert "pre-processing" not in caplog.text
     for name in ("encoder.onnx", "decoder_step.onnx"):
         assert (int8 / name).stat().st_size < (fp32 / name).stat().st_size / 2
     assert json.loads((int8 / "manifest.json").read_text())["int8"] is True
     assert not list(int8.glob("*.fp32.onnx"))
-    translated = OnnxTranslator.from_run(int8).translate(["five", "three hundred twelve"])
+    translated = Translator.from_run(int8, engine="onnx").translate(
+        ["five", "three hundred twelve"]
+    )
     assert len(translated) == 2 and all(translated)
 
 
@@ -346,3 +349,20 @@ def test_missing_extra_or_backend_is_a_one_line_error(
     monkeypatch.setattr(export.keras.backend, "backend", lambda: "jax")
     code, _, err = run_cli(capsys, "export", "--run", trained_run.path)
     assert code == 2 and "KERAS_BACKEND=tensorflow" in err
+
+
+def test_export_builds_float32_whatever_precision_this_machine_would_choose(
+    trained_run, tmp_path, monkeypatch
+):
+    # A config that says nothing about precision leaves the choice to the machine; on a
+    # GPU or AMX machine that choice is bf16, which the graphs must not inherit.
+    from mintransformer.runs import loading
+
+    assert trained_run.config().mixed_precision is None
+    monkeypatch.setattr(loading, "choose_precision", lambda requested: (True, "bf16 (forced)"))
+    assert Translator.from_run(trained_run.path).model.compute_dtype == "bfloat16"
+    folder = export_run(trained_run.path, tmp_path / "onnx")
+    monkeypatch.undo()
+    sources = ["five", "three hundred twelve", "forty-two thousand"]
+    expected = Translator.from_run(trained_run.path).translate(sources)
+    assert Translator.from_run(folder, engine="onnx").translate(sources) == expected

@@ -6,8 +6,8 @@ import stat
 
 import pytest
 
-from mintransformer.errors import FileWriteError
-from mintransformer.files import atomic_write
+from mintransformer.core.errors import FileWriteError
+from mintransformer.core.files import atomic_write
 
 
 class WriteFailedError(Exception):
@@ -60,9 +60,9 @@ def test_a_full_disk_or_read_only_folder_is_a_clear_error_and_keeps_the_old_file
             fail()
 
     if failing == "mkstemp":
-        monkeypatch.setattr("mintransformer.files.tempfile.mkstemp", fail)
+        monkeypatch.setattr("mintransformer.core.files.tempfile.mkstemp", fail)
     elif failing == "replace":
-        monkeypatch.setattr("mintransformer.files.os.replace", fail)
+        monkeypatch.setattr("mintransformer.core.files.os.replace", fail)
     with pytest.raises(FileWriteError) as raised:
         atomic_write(path, write)
     message = str(raised.value)

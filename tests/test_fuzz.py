@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mintransformer import streaming
-from mintransformer.classification import Classifier
 from mintransformer.data.text import iter_lines, read_lines
-from mintransformer.translation import Translator
+from mintransformer.inference import streaming
+from mintransformer.inference.classifier import Classifier
+from mintransformer.inference.translator import Translator
 
 BOUNDED = settings(
     max_examples=50,
@@ -119,13 +119,13 @@ def test_a_file_streamed_through_translation_keeps_its_line_count(translator, li
 @pytest.fixture(scope="module")
 def generator():
     from mintransformer.config import LanguageModelConfig
-    from mintransformer.generation import Generator
-    from mintransformer.loading import build_model
-    from mintransformer.tokenizer import Tokenizer
+    from mintransformer.data.tokenizer import Tokenizer
+    from mintransformer.inference.generator import Generator
+    from mintransformer.runs.loading import build_model
 
     tokenizer = Tokenizer.train(["the cat sat on the mat", "a dog ran"] * 20, vocab_size=60)
     config = LanguageModelConfig(num_layers=1, d_model=16, num_heads=2, dff=32, max_length=16)
-    return Generator(build_model(config, tokenizer.vocab_size), tokenizer)
+    return Generator.from_model(build_model(config, tokenizer.vocab_size), tokenizer)
 
 
 @BOUNDED

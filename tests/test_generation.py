@@ -5,16 +5,16 @@ import warnings
 import pytest
 
 from mintransformer.config import make_config
-from mintransformer.generation import Generator
-from mintransformer.loading import build_model
-from mintransformer.tokenizer import Tokenizer
+from mintransformer.data.tokenizer import Tokenizer
+from mintransformer.inference.generator import Generator
+from mintransformer.runs.loading import build_model
 
 
 @pytest.fixture(scope="module")
 def generator():
     tokenizer = Tokenizer.train(["the cat sat on the mat", "a dog ran"] * 20, vocab_size=60)
     config = make_config("language_model", num_layers=1, d_model=16, dff=32, max_length=10)
-    return Generator(build_model(config, tokenizer.vocab_size), tokenizer)
+    return Generator.from_model(build_model(config, tokenizer.vocab_size), tokenizer)
 
 
 def test_each_prompt_comes_back_with_its_continuation(generator):

@@ -6,11 +6,11 @@ import sys
 import numpy as np
 import pytest
 
-from mintransformer import checkpoints
 from mintransformer.config import make_config
-from mintransformer.loading import build_model, load_trained
-from mintransformer.run import RunDirectory
-from mintransformer.tokenizer import Tokenizer
+from mintransformer.data.tokenizer import Tokenizer
+from mintransformer.runs import checkpoints
+from mintransformer.runs.directory import RunDirectory
+from mintransformer.runs.loading import build_model, load_trained
 
 
 def test_build_model_follows_the_config():
@@ -43,8 +43,8 @@ def test_load_trained_restores_weights_and_refuses_another_kind_of_run(tmp_path)
 def test_inference_modules_do_not_import_the_training_code():
     code = (
         "import sys\n"
-        "import mintransformer.translation, mintransformer.classification\n"
-        "import mintransformer.generation, mintransformer.loading\n"
+        "import mintransformer.inference.translator, mintransformer.inference.classifier\n"
+        "import mintransformer.inference.generator, mintransformer.runs.loading\n"
         "print(sorted(m for m in sys.modules if m.startswith('mintransformer.training')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -8,14 +8,15 @@ import sys
 
 import pytest
 
-from mintransformer import cli, locking
+from mintransformer import cli
 from mintransformer.config import make_config
-from mintransformer.errors import RunInUseError
-from mintransformer.run import LOCK, RunDirectory
+from mintransformer.core import locking
+from mintransformer.core.errors import RunInUseError
+from mintransformer.runs.directory import LOCK, RunDirectory
 
 HOLD_THE_LOCK = """
 import sys, time
-from mintransformer.run import RunDirectory
+from mintransformer.runs.directory import RunDirectory
 with RunDirectory(sys.argv[1]).lock():
     print("locked", flush=True)
     time.sleep(600)
@@ -73,9 +74,9 @@ def test_a_killed_process_leaves_no_stuck_lock(holder):
         assert (run.path / LOCK).read_text() == str(os.getpid())
 
 
-def test_the_lock_is_reentrant_in_one_process_and_released_after(tmp_path):
+def test_the_lock_is_taken_once_and_released_after(tmp_path):
     run = new_run(tmp_path)
-    with run.lock(), run.lock():
+    with run.lock(), pytest.raises(RunInUseError, match=f"pid {os.getpid()}"), run.lock():
         pass
     with run.lock():
         pass

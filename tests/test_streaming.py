@@ -4,10 +4,11 @@ import gzip
 
 import pytest
 
-from mintransformer import cli, streaming
-from mintransformer.classification import Classifier
+from mintransformer import cli
 from mintransformer.data.text import count_lines, iter_lines, read_lines
-from mintransformer.translation import Translator
+from mintransformer.inference import streaming
+from mintransformer.inference.classifier import Classifier
+from mintransformer.inference.translator import Translator
 
 
 class WriteFailedError(Exception):

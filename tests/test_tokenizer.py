@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from mintransformer.tokenizer import Tokenizer
+from mintransformer.data.tokenizer import Tokenizer
 
 ENGLISH = [
     "The man is walking in the street.",

@@ -5,7 +5,7 @@ import warnings
 import pytest
 
 from mintransformer.data.corpora import load_corpus, numbers_spec
-from mintransformer.translation import Translator, score
+from mintransformer.inference.translator import Translator, score
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import pytest
 from matplotlib import image as mpimg
 
 from mintransformer import cli, viz
-from mintransformer.translation import Translator
+from mintransformer.inference.translator import Translator
 from tests.conftest import to_numpy
 
 

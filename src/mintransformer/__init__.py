@@ -13,9 +13,9 @@ __version__ = "0.1.0"
 
 # TensorFlow reads this once, when it is imported, so it is set here, before anything
 # imports Keras (a value already in the environment wins). TensorFlow turns its oneDNN
-# kernels on by itself only on CPUs with AVX-512 VNNI; without them its batched matrix
-# products (attention) ran at a third of the speed on a 2-core AMD EPYC without AVX-512.
-# `backend_adapter.configure_runtime` reports whether they are on.
+# kernels on by itself only on CPUs with AVX-512 VNNI, and without them its batched matrix
+# products (attention) are much slower (docs/speed.md).
+# `backend.runtime.configure_runtime` reports whether they are on.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 _LOCATIONS = {
@@ -35,9 +35,9 @@ _LOCATIONS = {
     "MinTransformer": "mintransformer.models.transformer",
     "Transformer": "mintransformer.models.transformer",
     "TextClassifier": "mintransformer.models.classifier",
-    "Translator": "mintransformer.translation",
-    "Classifier": "mintransformer.classification",
-    "Generator": "mintransformer.generation",
+    "Translator": "mintransformer.inference.translator",
+    "Classifier": "mintransformer.inference.classifier",
+    "Generator": "mintransformer.inference.generator",
 }
 
 __all__ = sorted(_LOCATIONS)

@@ -9,13 +9,13 @@ arguments are read, so `--backend` can choose its backend.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import warnings
 from pathlib import Path
 
-BACKENDS = ("tensorflow", "jax", "torch")
+from mintransformer.backend.selection import BACKENDS
+
 # Short flags kept beside the full setting names.
 FLAG_ALIASES = {
     "num_layers": ("--layers",),
@@ -24,45 +24,7 @@ FLAG_ALIASES = {
     "warmup_steps": ("--warmup",),
     "peak_learning_rate": ("--lr",),
 }
-BF16_FLAG = dict(
-    action=argparse.BooleanOptionalAction,
-    default=None,
-    help="bf16 mixed precision; --no-bf16: fp32 (default: bf16 only with AMX or a GPU)",
-)
 FLAG_TYPES = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float}
-
-
-def select_backend(backend: str | None, verbose: int) -> None:
-    """Sets the Keras backend and starts Keras, quietly unless `verbose` >= 2."""
-    if backend is not None and "keras" in sys.modules:
-        import keras
-
-        if keras.backend.backend() != backend:
-            raise ValueError(
-                f"Keras already runs on {keras.backend.backend()} in this process, so "
-                f"--backend {backend} cannot take effect: choose it before Keras starts."
-            )
-    if backend is not None:
-        os.environ["KERAS_BACKEND"] = backend
-    if verbose < 2:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        if "keras" not in sys.modules:
-            _import_keras_quietly()
-
-
-def _import_keras_quietly() -> None:
-    """Imports Keras (and its backend) with the process's stderr closed: TensorFlow's C++
-    start-up lines are written there before its log level can be set."""
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        sys.stderr.flush()
-        os.dup2(devnull, 2)
-        import keras  # noqa: F401
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def config_overrides(args: argparse.Namespace, config_class) -> dict:
@@ -73,11 +35,43 @@ def config_overrides(args: argparse.Namespace, config_class) -> dict:
     return {name: value for name, value in values.items() if value is not None}
 
 
-def _new_config(args, task: str, **settings):
+def new_config(args: argparse.Namespace, task: str, **settings):
+    """The preset's config with the flags' settings and `settings`; None when resuming
+    (the run's own config is used)."""
     from mintransformer.config import CONFIG_CLASSES, make_config
 
+    if args.resume:
+        return None
     overrides = config_overrides(args, CONFIG_CLASSES[task])
     return make_config(task, args.preset, **{**overrides, **settings})
+
+
+def training_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of every trainer's `train`, from the flags."""
+    given = [f for f in ("devices", "coordinator") if getattr(args, f, None)]
+    given += ["num_processes"] if args.num_processes != 1 else []
+    data_parallel = None
+    if args.distribute:
+        from mintransformer.backend.distribution import DataParallel
+
+        data_parallel = DataParallel(
+            args.devices, args.coordinator, args.num_processes, args.process_id
+        )
+    elif given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ValueError(f"{flags}: these flags apply only with --distribute data")
+    return dict(
+        resume=args.resume,
+        overwrite=args.overwrite,
+        verbose=args.verbose,
+        data_parallel=data_parallel,
+    )
+
+
+def demo_command(args) -> None:
+    from mintransformer.training.demo import run_demo
+
+    run_demo(args.run, args.num_train, args.report, args.beam, args.verbose)
 
 
 def train_translation_command(args) -> None:
@@ -93,96 +87,59 @@ def train_translation_command(args) -> None:
             seed=args.seed or 0,
             num_train=args.num_train,
         )
-        config = _new_config(args, "translation", data=data, mixed_precision=args.bf16)
-    start = time.perf_counter()
-    model, tokenizer, splits = translation.train(args.run, config, **training_options(args))
-    print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {args.run}")
-    if args.report > 0:
-        from mintransformer.translation import Translator
-
-        held_out = (splits.get("test") or splits["val"])[: args.report]
-        print(Translator(model, tokenizer).report(held_out, beam_size=args.beam))
-
-
-def demo_command(args) -> None:
-    """Train on the embedded number corpus, then translate held-out numbers."""
-    args.preset, args.resume, args.overwrite, args.bf16 = "numbers", False, True, None
-    args.train = args.val = args.test = args.src = args.tgt = args.tsv = args.seed = None
-    args.val_fraction = args.test_fraction = 0.02
-    train_translation_command(args)
+        config = new_config(args, "translation", data=data, mixed_precision=args.bf16)
+    options = training_options(args)
+    translation.train(args.run, config, report=args.report, beam_size=args.beam, **options)
 
 
 def train_classification_command(args) -> None:
     from mintransformer.data.labelled import data_spec
     from mintransformer.training import classification
 
-    config = None
-    if not args.resume:
-        if args.train is None:
-            raise ValueError("--train is required: a labelled .jsonl/.csv file or class folders")
-        data = data_spec(args.train, args.val, args.test, args.val_fraction)
-        config = _new_config(args, "classification", data=data, mixed_precision=args.bf16)
-    start = time.perf_counter()
-    _, _, accuracy = classification.train(args.run, config, **training_options(args))
-    print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {args.run}")
-    if accuracy is not None:
-        print(f"test: {accuracy}")
+    if not args.resume and args.train is None:
+        raise ValueError("--train is required: a labelled .jsonl/.csv file or class folders")
+    data = None if args.resume else data_spec(args.train, args.val, args.test, args.val_fraction)
+    config = new_config(args, "classification", data=data, mixed_precision=args.bf16)
+    classification.train(args.run, config, **training_options(args))
 
 
 def train_lm_command(args) -> None:
     from mintransformer.training import language_model
 
-    config = None
-    if not args.resume:
-        if args.text is None:
-            raise ValueError("--text FILE is required: the text file to train on")
-        config = _new_config(args, "language_model", text=str(args.text.resolve()))
-    start = time.perf_counter()
+    if not args.resume and args.text is None:
+        raise ValueError("--text FILE is required: the text file to train on")
+    text = None if args.resume else str(args.text.resolve())
+    config = new_config(args, "language_model", text=text)
     language_model.train(args.run, config, **training_options(args))
-    print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {args.run}")
-
-
-def _input_texts(args) -> list[str]:
-    """Texts from the command line, else from --input, else from standard input."""
-    if args.text:
-        return args.text
-    if args.input:
-        from mintransformer.data.text import read_lines
-
-        return read_lines(args.input)
-    return sys.stdin.read().splitlines()
 
 
 def translate_command(args) -> None:
-    from mintransformer import streaming
-    from mintransformer.translation import Translator
+    from mintransformer.inference import streaming
+    from mintransformer.inference.translator import Translator
 
     lines, total = streaming.open_input(args.text, args.input)
     translator = Translator.from_run(args.run, engine=args.engine)
+    progress = args.verbose > 0 and not args.text
     translations = translator.translate_lines(
-        lines,
-        total=total,
-        progress=args.verbose > 0 and not args.text,
-        beam_size=args.beam,
-        alpha=args.alpha,
+        lines, total=total, progress=progress, beam_size=args.beam, alpha=args.alpha
     )
     streaming.write_lines(translations, args.output)
 
 
 def classify_command(args) -> None:
-    from mintransformer import streaming
-    from mintransformer.classification import Classifier
+    from mintransformer.inference import streaming
+    from mintransformer.inference.classifier import Classifier
 
     lines, total = streaming.open_input(args.text, args.input)
     classifier = Classifier.from_run(args.run, engine=args.engine)
-    predictions = classifier.classify_lines(
-        lines, total=total, progress=args.verbose > 0 and not args.text
+    progress = args.verbose > 0 and not args.text
+    streaming.write_lines(
+        classifier.classify_lines(lines, total=total, progress=progress), args.output
     )
-    streaming.write_lines(predictions, args.output)
 
 
 def export_command(args) -> None:
-    from mintransformer.export import export_run
+    from mintransformer.export.onnx_graphs import export_run
 
     start = time.perf_counter()
     folder = export_run(args.run, args.output, int8=args.int8)
@@ -190,7 +147,7 @@ def export_command(args) -> None:
 
 
 def generate_command(args) -> None:
-    from mintransformer.generation import Generator
+    from mintransformer.inference.generator import Generator
 
     texts = Generator.from_run(args.run, engine=args.engine).generate(
         args.prompt or [""],
@@ -204,39 +161,13 @@ def generate_command(args) -> None:
 
 
 def evaluate_command(args) -> None:
-    from mintransformer.config import ClassificationConfig
-    from mintransformer.run import RunDirectory
+    from mintransformer.inference.evaluation import evaluate_run
 
-    if args.engine == "onnx":
-        from mintransformer.config import config_from_json
-        from mintransformer.export_folder import ExportFolder
-
-        folder, _ = ExportFolder.open(args.run)
-        config = config_from_json(folder.config_path.read_text(), str(folder.config_path))
-    else:
-        config = RunDirectory.open(args.run).config()
+    options = {k: getattr(args, k) for k in ("data", "src", "ref", "split", "output", "alpha")}
     start = time.perf_counter()
-    if isinstance(config, ClassificationConfig):
-        from mintransformer.classification import Classifier
-
-        if args.data is None:
-            raise ValueError("a classification run is evaluated on --data FILE (labelled texts)")
-        classifier = Classifier.from_run(args.run, engine=args.engine)
-        result = classifier.evaluate(args.data, progress=args.verbose > 0)
-    else:
-        from mintransformer.translation import Translator
-
-        translator = Translator.from_run(args.run, engine=args.engine)
-        options = dict(beam_size=args.beam, alpha=args.alpha, progress=args.verbose > 0)
-        if args.split:
-            result = translator.evaluate_split(args.split, args.output, **options)
-        elif args.src is not None and args.ref is not None:
-            result = translator.evaluate(args.src, args.ref, args.output, **options)
-        else:
-            raise ValueError(
-                "a translation run is evaluated on --src FILE and --ref FILE, or on --split "
-                "val|test of the corpus it was trained on"
-            )
+    result = evaluate_run(
+        args.run, args.engine, beam_size=args.beam, progress=args.verbose > 0, **options
+    )
     print(f"{result}  [{time.perf_counter() - start:.0f} s]")
 
 
@@ -244,55 +175,45 @@ def attention_command(args) -> None:
     from mintransformer import viz
 
     if args.kind == "positional":
-        from mintransformer.run import RunDirectory
+        from mintransformer.runs.directory import RunDirectory
 
         d_model = RunDirectory.open(args.run, need_weights=False).config().d_model
         figure = viz.plot_positional_encoding(64, d_model)
     else:
-        from mintransformer.translation import Translator
+        from mintransformer.inference.translator import Translator
 
         if not args.text:
             raise ValueError('give the sentence to look at, e.g. "three hundred twelve"')
         maps = viz.attention_maps(Translator.from_run(args.run), args.text, args.translation)
         print(f"{args.text}  ->  {maps.translation}")
-        if args.head is not None:
-            figure = viz.plot_head(maps, args.kind, args.layer, args.head)
-        elif args.mean:
-            if args.kind != "cross":
-                raise ValueError("--mean draws the cross-attention alignment: use --kind cross")
-            figure = viz.plot_alignment(maps, args.layer)
-        else:
-            figure = viz.plot_layer(maps, args.kind, args.layer)
+        figure = viz.plot_attention(maps, args.kind, args.layer, args.head, args.mean)
     print(f"wrote {viz.save_figure(figure, args.output)}")
 
 
 def embed_command(args) -> None:
     import json
 
-    import numpy as np
-
-    from mintransformer.files import atomic_write
+    from mintransformer.core.files import save_npy
+    from mintransformer.inference.streaming import open_input
     from mintransformer.pretrained.minilm import sentence_embeddings
 
-    texts = _input_texts(args)
+    texts = list(open_input(args.text, args.input)[0])
     vectors = sentence_embeddings(texts, batch_size=args.batch_size)
     if args.output:
-        output = Path(str(args.output).removesuffix(".npy") + ".npy")  # as np.save names it
-        atomic_write(output, lambda f: np.save(f, vectors))
+        output = save_npy(args.output, vectors)
         print(f"wrote {len(texts)} embeddings of size {vectors.shape[1]} to {output}")
     else:
         for vector in vectors:
             print(json.dumps([round(float(v), 6) for v in vector]))
 
 
-def _add_config_flags(parser, task: str, title: str) -> None:
+def add_config_flags(parser, task: str) -> None:
     """`--preset` and one flag per setting of the task's config (`num_layers` -> `--num-layers`)."""
     from mintransformer.config import CONFIG_CLASSES, PRESETS, flag_fields
 
-    presets = PRESETS[task]
     default_preset = "numbers" if task == "translation" else "base"
-    parser.add_argument("--preset", choices=sorted(presets), default=default_preset)
-    group = parser.add_argument_group(title)
+    parser.add_argument("--preset", choices=sorted(PRESETS[task]), default=default_preset)
+    group = parser.add_argument_group("model and training (override the preset)")
     for field in flag_fields(CONFIG_CLASSES[task]):
         names = (f"--{field.name.replace('_', '-')}", *FLAG_ALIASES.get(field.name, ()))
         options = dict(dest=field.name, help=field.metadata["help"], default=None)
@@ -304,61 +225,34 @@ def _add_config_flags(parser, task: str, title: str) -> None:
         group.add_argument(*names, **options)
 
 
-def _add_decoding_flags(parser) -> None:
-    parser.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
-
-
-def _add_run_flags(parser, what: str) -> None:
+def add_training_flags(parser, task: str, bf16: bool = True) -> None:
+    """The run directory, the config's flags, precision and data-parallel flags."""
     parser.add_argument("--run", type=Path, required=True, help="run directory")
-    parser.add_argument("--resume", action="store_true", help=f"continue an interrupted {what}")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted run")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run")
-
-
-def _add_parallel_flags(parser) -> None:
+    add_config_flags(parser, task)
+    if bf16:
+        parser.add_argument(
+            "--bf16",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="bf16 mixed precision; --no-bf16: fp32 (default: bf16 only with AMX or a GPU)",
+        )
     group = parser.add_argument_group("data-parallel training (JAX backend: keras.distribution)")
-    group.add_argument(
-        "--distribute", choices=["data"], help="replicate the model, split every batch"
-    )
+    group.add_argument("--distribute", choices=["data"], help="replicate the model, split batches")
     group.add_argument("--devices", type=int, help="devices per process (default: all)")
     group.add_argument("--coordinator", help="HOST:PORT of process 0, with several processes")
     group.add_argument("--num-processes", type=int, default=1, help="processes (hosts)")
     group.add_argument("--process-id", type=int, default=0, help="this process's index")
 
 
-def data_parallel_options(args):
-    """The `DataParallel` that the flags describe, or None without --distribute."""
-    given = [flag for flag in ("devices", "coordinator") if getattr(args, flag, None)]
-    given += ["num_processes"] if getattr(args, "num_processes", 1) != 1 else []
-    if getattr(args, "distribute", None) is None:
-        if given:
-            flags = ", ".join("--" + name.replace("_", "-") for name in given)
-            raise ValueError(f"{flags}: these flags apply only with --distribute data")
-        return None
-    from mintransformer.training.data_parallel import DataParallel
-
-    return DataParallel(args.devices, args.coordinator, args.num_processes, args.process_id)
+def add_decoding_flags(parser) -> None:
+    parser.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
 
 
-def training_options(args) -> dict:
-    """The keyword arguments of every trainer's `train`, from the flags."""
-    return dict(
-        resume=args.resume,
-        overwrite=args.overwrite,
-        verbose=args.verbose,
-        data_parallel=data_parallel_options(args),
-    )
-
-
-def request_host_devices(args) -> None:
-    """Asks XLA for `--devices` CPU devices; it reads the flag once, when JAX starts."""
-    if getattr(args, "distribute", None) and args.devices and "jax" not in sys.modules:
-        flag = f"--xla_force_host_platform_device_count={args.devices}"
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
-
-
-def _add_engine_flag(parser) -> None:
-    from mintransformer.export_folder import ENGINES
+def add_engine_flag(parser) -> None:
+    from mintransformer.inference.engines import ENGINES
 
     parser.add_argument(
         "--engine",
@@ -369,23 +263,15 @@ def _add_engine_flag(parser) -> None:
     )
 
 
-def _add_inference_flags(parser, what: str) -> None:
-    """--run, the input and output of `translate` / `classify`, and --engine."""
-    parser.add_argument("--run", type=Path, required=True)
-    _add_input_flags(parser, what)
-    _add_output_flag(parser)
-    _add_engine_flag(parser)
-
-
-def _add_input_flags(parser, what: str) -> None:
+def add_input_flags(parser, what: str, run: bool = True) -> None:
+    """The texts (arguments, --input or standard input), --output; with `run`, --run and
+    --engine."""
+    if run:
+        parser.add_argument("--run", type=Path, required=True)
+        add_engine_flag(parser)
     parser.add_argument("text", nargs="*", help=f"{what} (default: --input or stdin)")
     parser.add_argument("--input", type=Path, help=f"file with one of the {what} per line")
-
-
-def _add_output_flag(parser) -> None:
-    parser.add_argument(
-        "--output", type=Path, help="write the results here (default: standard output)"
-    )
+    parser.add_argument("--output", type=Path, help="write the results here (default: stdout)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -411,13 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--run", type=Path, default=Path("runs/numbers"))
     demo.add_argument("--num-train", type=int, default=30_000)
     demo.add_argument("--report", type=int, default=1000)
-    _add_decoding_flags(demo)
+    add_decoding_flags(demo)
 
     tasks = commands.add_parser("train", help="train a model").add_subparsers(
         dest="task", required=True
     )
     translation = add(tasks, "translation", "train a translation model", train_translation_command)
-    _add_run_flags(translation, "run")
+    add_training_flags(translation, "translation")
     data = translation.add_argument_group("data (default: the built-in numbers corpus)")
     data.add_argument("--train", help="training files prefix (PREFIX.SRC, PREFIX.TGT)")
     data.add_argument("--val", help="validation files prefix")
@@ -428,13 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--val-fraction", type=float, default=0.02)
     data.add_argument("--test-fraction", type=float, default=0.02)
     data.add_argument("--num-train", type=int, default=30_000, help="numbers corpus size")
-    _add_config_flags(translation, "translation", "model and training (override the preset)")
-    translation.add_argument("--bf16", **BF16_FLAG)
-    _add_parallel_flags(translation)
     translation.add_argument(
         "--report", type=int, default=1000, help="held-out sentences translated after training"
     )
-    _add_decoding_flags(translation)
+    add_decoding_flags(translation)
 
     classification = add(
         tasks,
@@ -442,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
         "train an encoder-only text classifier (e.g. IMDB sentiment)",
         train_classification_command,
     )
-    _add_run_flags(classification, "run")
+    add_training_flags(classification, "classification")
     labelled = classification.add_argument_group(
         "data: .jsonl / .csv (text, label; .gz ok) or a folder of class folders (aclImdb)"
     )
@@ -450,22 +333,17 @@ def build_parser() -> argparse.ArgumentParser:
     labelled.add_argument("--val", help="validation texts (default: carved from --train)")
     labelled.add_argument("--val-fraction", type=float, default=0.1)
     labelled.add_argument("--test", help="test texts, scored once after training")
-    _add_config_flags(classification, "classification", "model and training (override the preset)")
-    classification.add_argument("--bf16", **BF16_FLAG)
-    _add_parallel_flags(classification)
 
     lm = add(tasks, "lm", "train a decoder-only language model on a text file", train_lm_command)
-    _add_run_flags(lm, "run")
+    add_training_flags(lm, "language_model", bf16=False)
     lm.add_argument("--text", type=Path, help="UTF-8 text file to train on (one line each)")
-    _add_config_flags(lm, "language_model", "model and training (override the defaults)")
-    _add_parallel_flags(lm)
 
     translate = add(commands, "translate", "translate text with a trained run", translate_command)
-    _add_inference_flags(translate, "sentences")
-    _add_decoding_flags(translate)
+    add_input_flags(translate, "sentences")
+    add_decoding_flags(translate)
 
     classify = add(commands, "classify", "label text with a trained classifier", classify_command)
-    _add_inference_flags(classify, "texts")
+    add_input_flags(classify, "texts")
 
     export = add(commands, "export", "export a run to ONNX (needs TensorFlow)", export_command)
     export.add_argument("--run", type=Path, required=True)
@@ -486,8 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--data", type=Path, help="classification: labelled texts")
     evaluate.add_argument("--output", type=Path, help="write the hypotheses here")
-    _add_decoding_flags(evaluate)
-    _add_engine_flag(evaluate)
+    add_decoding_flags(evaluate)
+    add_engine_flag(evaluate)
 
     attention = add(commands, "attention", "plot a trained model's attention", attention_command)
     attention.add_argument("--run", type=Path, required=True)
@@ -504,8 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     embed = add(
         commands, "embed", "sentence embeddings from all-MiniLM-L6-v2 in our Encoder", embed_command
     )
-    _add_input_flags(embed, "sentences")
-    embed.add_argument("--output", type=Path, help="save a (n, 384) .npy instead of printing")
+    add_input_flags(embed, "sentences", run=False)
     embed.add_argument("--batch-size", type=int, default=32)
 
     gen = add(commands, "generate", "continue text with a language model", generate_command)
@@ -516,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=40, help="0 = no top-k filtering")
     gen.add_argument("--top-p", type=float, default=0.95, help="nucleus mass; 1 = no filtering")
     gen.add_argument("--seed", type=int, default=0)
-    _add_engine_flag(gen)
+    add_engine_flag(gen)
     return parser
 
 
@@ -526,12 +403,15 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mintransformer.errors import USER_ERRORS
+    from mintransformer.backend.distribution import request_host_devices
+    from mintransformer.backend.selection import select_backend
+    from mintransformer.core.errors import USER_ERRORS
 
     warnings.formatwarning = _format_warning
     args = build_parser().parse_args(argv)
     try:
-        request_host_devices(args)
+        if getattr(args, "distribute", None):
+            request_host_devices(args.devices)
         if getattr(args, "engine", "keras") == "keras":
             select_backend(args.backend, args.verbose)
         args.run_command(args)

@@ -19,8 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from mintransformer import checks
-from mintransformer.errors import CorruptFileError
+from mintransformer.core import checks
+from mintransformer.core.errors import CorruptFileError
 
 SCHEDULES = ("noam", "linear")
 SCHEDULE_HELP = (
@@ -133,9 +133,7 @@ class TranslationConfig(_Config):
     vocab_size: int = setting(8000, "joint BPE vocabulary size")
     # training
     epochs: int = setting(20, "training epochs")
-    # Smaller batches learn more per minute on a CPU: in 60 minutes on Multi30k EN->FR,
-    # 2,560-token batches (640 warm-up steps, the same tokens) reached val BLEU 53.18
-    # against 52.31 for 4,096 (400): docs/training.md.
+    # Smaller batches learn more per minute on a CPU (docs/training.md).
     max_tokens: int = setting(2560, "padded tokens per batch")
     warmup_steps: int = setting(640, "learning-rate warm-up steps")
     peak_learning_rate: float = setting(1e-3, "highest learning rate, after warm-up")
@@ -247,10 +245,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                         max_length=64, schedule="noam"),
     },
     "classification": {
-        # One layer, 512 tokens (head + tail), a 16k vocabulary. In a sweep (6,400 training
-        # reviews, 2 epochs) two layers or d_model 128 were no more accurate, at 2-2.5x the
-        # time; on the full set the model overfits after 2 epochs (validation loss 0.25 ->
-        # 0.41 over 4 epochs at dropout 0.1), hence 2 epochs at dropout 0.3.
+        # One layer, 512 tokens (head + tail), a 16k vocabulary: two layers or d_model 128
+        # were no more accurate and slower, and the model overfits after 2 epochs, hence 2
+        # epochs at dropout 0.3 (docs/classification.md).
         "base": {},
         # A small Keras-tutorial classifier: BPE 5000, the last 200 tokens (what
         # `pad_sequences` keeps), one block, d 64, 4 heads of key_dim 64, ff 128, a

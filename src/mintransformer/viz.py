@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
-from mintransformer.files import atomic_write  # noqa: E402
+from mintransformer.core.files import atomic_write  # noqa: E402
 from mintransformer.layers.positional import sinusoidal_table  # noqa: E402, F401
 
 KINDS = {
@@ -68,7 +68,7 @@ def attention_maps(translator, text: str, translation: str | None = None) -> Att
     """Runs `translator.model` on `text` and its translation and collects all attention.
 
     Args:
-        translator: a `mintransformer.translation.Translator`.
+        translator: a `mintransformer.inference.translator.Translator`.
         text: the source sentence.
         translation: the target sentence to force; by default the model's greedy output.
     """
@@ -182,6 +182,20 @@ def plot_positional_encoding(length: int = 64, d_model: int = 128):
     fig.colorbar(image, ax=ax)
     fig.tight_layout()
     return fig
+
+
+def plot_attention(
+    maps: AttentionMaps, kind: str, layer: int, head: int | None = None, mean: bool = False
+):
+    """One head (`head`), the heads' mean alignment (`mean`, cross-attention only), or
+    every head of the layer in a grid."""
+    if head is not None:
+        return plot_head(maps, kind, layer, head)
+    if mean:
+        if kind != "cross":
+            raise ValueError("--mean draws the cross-attention alignment: use --kind cross")
+        return plot_alignment(maps, layer)
+    return plot_layer(maps, kind, layer)
 
 
 def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from mintransformer import backend_adapter
+from mintransformer.backend import kernels
 from mintransformer.layers.dropout import Dropout
 from tests.conftest import to_numpy
 
@@ -13,7 +13,7 @@ def kept_scale(rate: float) -> float:
     """What a kept element is multiplied by: 1 / keep probability (TensorFlow rounds the
     rate to 16-bit words)."""
     if keras.backend.backend() == "tensorflow":
-        levels = backend_adapter.RANDOM_WORD_LEVELS
+        levels = kernels.RANDOM_WORD_LEVELS
         return levels / (levels - round(rate * levels))
     return 1.0 / (1.0 - rate)
 

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from mintransformer.backend_adapter import layer_norm
+from mintransformer.backend.kernels import layer_norm
 from mintransformer.layers.layer_norm import LayerNorm
 from tests.conftest import to_numpy, value_and_gradients
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mintransformer import LanguageModel
-from mintransformer.backend_adapter import compile_inference
+from mintransformer.backend.compilation import compile_inference
 from tests.conftest import to_numpy
 
 VOCAB = 30

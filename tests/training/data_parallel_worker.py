@@ -21,10 +21,10 @@ import sys
 import keras
 import numpy as np
 
+from mintransformer.backend.distribution import DataParallel
 from mintransformer.config import ClassificationConfig, TranslationConfig
 from mintransformer.data.corpora import numbers_spec
 from mintransformer.training import classification, data_parallel, translation
-from mintransformer.training.data_parallel import DataParallel
 
 # Dropout off, so that one device and several compute the same thing.
 TINY_MODEL = dict(num_layers=1, d_model=32, num_heads=2, dff=64, dropout_rate=0.0)

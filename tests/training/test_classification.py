@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from mintransformer import cli
-from mintransformer.classification import Classifier
 from mintransformer.config import ClassificationConfig
 from mintransformer.data.labelled import split_validation
-from mintransformer.loading import build_model
-from mintransformer.run import RunDirectory
-from mintransformer.training.classification import train_classification
+from mintransformer.inference.classifier import Classifier
+from mintransformer.runs.directory import RunDirectory
+from mintransformer.runs.loading import build_model
+from mintransformer.training import classification
+from tests.conftest import train_in
 
 NEUTRAL = ["the", "a", "film", "movie", "plot", "actor", "story", "scene", "it", "was", "and"]
 POSITIVE = ["great", "wonderful", "superb", "moving"]
@@ -58,12 +59,13 @@ def test_training_learns_what_an_untrained_model_cannot(tmp_path):
     test = synthetic_reviews(200, seed=1)
     config = ClassificationConfig(labels=["neg", "pos"], **TINY)
     run = RunDirectory.create(tmp_path / "run", config)
-    model, tokenizer = train_classification(run, {"train": train, "val": val}, verbose=0)
+    model, tokenizer = train_in(classification, run, {"train": train, "val": val})
     texts = [text for text, _ in test]
     labels = np.array([label == "pos" for _, label in test])
 
-    trained = Classifier(model, tokenizer, config).probabilities(texts).argmax(-1)
-    untrained = Classifier(build_model(config, tokenizer.vocab_size), tokenizer, config)
+    trained = Classifier.from_model(model, tokenizer, config).probabilities(texts).argmax(-1)
+    untrained_model = build_model(config, tokenizer.vocab_size)
+    untrained = Classifier.from_model(untrained_model, tokenizer, config)
     untrained_accuracy = (untrained.probabilities(texts).argmax(-1) == labels).mean()
     assert (trained == labels).mean() >= 0.95
     assert untrained_accuracy <= 0.75

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mintransformer.training.data_parallel import DataParallel, ShardedBatches, Shards
+from mintransformer.backend.distribution import DataParallel, Shards
+from mintransformer.training.data_parallel import ShardedBatches
 from tests.training.test_classification import synthetic_reviews, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,7 +200,7 @@ def test_bad_data_parallel_options_are_clear_errors():
 def test_other_backends_are_told_to_use_jax():
     import keras
 
-    from mintransformer.training.data_parallel import start
+    from mintransformer.backend.distribution import start
 
     if keras.backend.backend() == "jax":
         pytest.skip("the JAX backend runs data parallelism")

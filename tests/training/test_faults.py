@@ -7,13 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mintransformer import checkpoints, cli, files
+from mintransformer import cli
+from mintransformer.core import files
+from mintransformer.core.errors import CorruptFileError, NonFiniteLossError
 from mintransformer.data.corpora import load_corpus, numbers_spec
-from mintransformer.errors import CorruptFileError, NonFiniteLossError
-from mintransformer.run import RunDirectory
-from mintransformer.training import loop
-from mintransformer.training.translation import train_translation
-from tests.conftest import interrupt_after_epoch
+from mintransformer.runs import checkpoints
+from mintransformer.runs.directory import RunDirectory
+from mintransformer.training import callbacks, translation
+from tests.conftest import interrupt_after_epoch, train_in
 from tests.training.test_translation import start, weights_of
 
 
@@ -23,18 +24,18 @@ def corpus():
 
 
 def test_resume_skips_a_truncated_checkpoint_and_says_so(tmp_path, corpus):
-    uninterrupted, _ = train_translation(start(tmp_path / "a", epochs=3), corpus, verbose=0)
+    uninterrupted, _ = train_in(translation, start(tmp_path / "a", epochs=3), corpus)
 
     run = start(tmp_path / "b", epochs=3)
     with interrupt_after_epoch(1):
-        train_translation(run, corpus, verbose=0)
+        train_in(translation, run, corpus)
     newest = run.checkpoint_path(2)
     newest.write_bytes(newest.read_bytes()[:1000])
     with pytest.warns(
         UserWarning,
         match=r"skipped corrupt checkpoint .*epoch-0002\.npz .*resuming from epoch-0001",
     ):
-        resumed, _ = train_translation(run, corpus, resume=True, verbose=0)
+        resumed, _ = train_in(translation, run, corpus, resume=True)
     assert (run.checkpoint_dir / "epoch-0002.npz.corrupt").is_file()
     assert [run.epoch_of(p) for p in run.checkpoints()] == [2, 3]
     for a, b in zip(weights_of(resumed), weights_of(uninterrupted), strict=True):
@@ -44,12 +45,12 @@ def test_resume_skips_a_truncated_checkpoint_and_says_so(tmp_path, corpus):
 def test_resume_with_no_intact_checkpoint_starts_again_and_says_so(tmp_path, corpus):
     run = start(tmp_path / "run", epochs=1)
     with interrupt_after_epoch(0):
-        train_translation(run, corpus, verbose=0)
+        train_in(translation, run, corpus)
     run.checkpoint_path(1).write_bytes(b"")
     with pytest.warns(
         UserWarning, match="epoch-0001.npz .*no intact checkpoint, training starts from the first"
     ):
-        train_translation(run, corpus, resume=True, verbose=0)
+        train_in(translation, run, corpus, resume=True)
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1]
     assert run.weights_path.is_file()
 
@@ -98,7 +99,7 @@ def test_a_full_disk_during_a_checkpoint_stops_training_cleanly_and_resumes(
 
 @pytest.mark.parametrize("loss", [float("nan"), float("inf")])
 def test_a_non_finite_loss_raises_naming_the_epoch_and_batch(tmp_path, loss):
-    stop = loop.StopOnNonFiniteLoss(RunDirectory(tmp_path))
+    stop = callbacks.StopOnNonFiniteLoss(RunDirectory(tmp_path))
     stop.on_epoch_begin(1)
     stop.on_train_batch_end(0, {"loss": np.float32(2.5)})
     with pytest.raises(NonFiniteLossError, match=r"epoch 2, batch 4: .*no checkpoint"):
@@ -108,7 +109,7 @@ def test_a_non_finite_loss_raises_naming_the_epoch_and_batch(tmp_path, loss):
 def test_training_stops_at_the_first_nan_loss_and_keeps_the_last_good_checkpoint(
     tmp_path, corpus, monkeypatch
 ):
-    checkpoint_then_poison = loop.EpochCheckpoint.on_epoch_end
+    checkpoint_then_poison = callbacks.EpochCheckpoint.on_epoch_end
 
     def poison_after_the_first_epoch(self, epoch, logs=None):
         checkpoint_then_poison(self, epoch, logs)
@@ -116,11 +117,11 @@ def test_training_stops_at_the_first_nan_loss_and_keeps_the_last_good_checkpoint
             weight = self.model.trainable_weights[0]
             weight.assign(np.full(weight.shape, np.nan, "float32"))
 
-    monkeypatch.setattr(loop.EpochCheckpoint, "on_epoch_end", poison_after_the_first_epoch)
+    monkeypatch.setattr(callbacks.EpochCheckpoint, "on_epoch_end", poison_after_the_first_epoch)
     run = start(tmp_path / "run", epochs=3)
     message = r"loss became nan at epoch 2, batch 1: .*epoch-0001\.npz, is kept"
     with pytest.raises(NonFiniteLossError, match=message):
-        train_translation(run, corpus, verbose=0)
+        train_in(translation, run, corpus)
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1]
     arrays, _ = checkpoints.read_arrays(run.checkpoint_path(1))
     assert all(np.isfinite(a).all() for a in arrays if a.dtype.kind == "f")
@@ -129,13 +130,13 @@ def test_training_stops_at_the_first_nan_loss_and_keeps_the_last_good_checkpoint
 
 def test_a_corrupt_older_checkpoint_stops_the_averaging_with_a_remedy_that_works(tmp_path, corpus):
     run = start(tmp_path / "run", epochs=2, average_last=2)
-    train_translation(run, corpus, verbose=0)
+    train_in(translation, run, corpus)
     run.weights_path.unlink()
     run.checkpoint_path(1).write_bytes(b"")
     remedy = r"epoch-0001\.npz is corrupt: empty .*; delete it .*then run again with --resume"
     with pytest.raises(CorruptFileError, match=remedy):
-        train_translation(run, corpus, resume=True, verbose=0)
+        train_in(translation, run, corpus, resume=True)
     assert not run.weights_path.exists()
     run.checkpoint_path(1).unlink()
-    train_translation(run, corpus, resume=True, verbose=0)
+    train_in(translation, run, corpus, resume=True)
     assert run.weights_path.is_file()

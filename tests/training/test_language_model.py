@@ -7,11 +7,11 @@ from mintransformer import cli
 from mintransformer.config import LanguageModelConfig, TranslationConfig
 from mintransformer.data.text import read_text
 from mintransformer.data.windows import WindowBatches
-from mintransformer.loading import build_model, load_trained
-from mintransformer.run import RunDirectory
-from mintransformer.training.language_model import split_windows, train_language_model
-from mintransformer.training.loop import compile_for_training
-from tests.conftest import interrupt_after_epoch, to_numpy
+from mintransformer.runs.directory import RunDirectory
+from mintransformer.runs.loading import build_model, load_trained
+from mintransformer.training import language_model
+from mintransformer.training.language_model import compile_model, split_windows
+from tests.conftest import interrupt_after_epoch, to_numpy, train_in
 
 SUBJECTS = ["the cat", "the dog", "a bird", "my friend", "the old man"]
 VERBS = ["sees", "likes", "chases", "finds"]
@@ -77,7 +77,7 @@ def trained_lm(tmp_path_factory, text_file):
 
 def validation_loss(model, tokenizer, config):
     _, val = split_windows(tokenizer, read_text(config.text), config)
-    compile_for_training(model, config, steps_per_epoch=1)
+    compile_model(model, config, steps_per_epoch=1)
     return model.evaluate(WindowBatches(val, 16, shuffle=False), verbose=0)[0]
 
 
@@ -129,7 +129,7 @@ def test_bad_lm_arguments_are_clear_errors(capsys, tmp_path, trained_lm):
     (tmp_path / "short.txt").write_text("a b\n")
     run = RunDirectory.create(tmp_path / "short", short_config(tmp_path / "short.txt"))
     with pytest.raises(ValueError, match="short.txt"):
-        train_language_model(run, read_text(tmp_path / "short.txt"), verbose=0)
+        train_in(language_model, run, read_text(tmp_path / "short.txt"))
 
 
 def short_config(text, **overrides):
@@ -139,12 +139,10 @@ def short_config(text, **overrides):
 def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(tmp_path, text_file):
     lines = read_text(text_file)
     config = short_config(text_file, dropout_rate=0.2, average_last=2)
-    uninterrupted, _ = train_language_model(
-        RunDirectory.create(tmp_path / "a", config), lines, verbose=0
-    )
+    uninterrupted, _ = train_in(language_model, RunDirectory.create(tmp_path / "a", config), lines)
     run = RunDirectory.create(tmp_path / "b", config)
     with interrupt_after_epoch(0):
-        train_language_model(run, lines, verbose=0)
-    resumed, _ = train_language_model(run, lines, resume=True, verbose=0)
+        train_in(language_model, run, lines)
+    resumed, _ = train_in(language_model, run, lines, resume=True)
     for a, b in zip(resumed.weights, uninterrupted.weights, strict=True):
         np.testing.assert_allclose(to_numpy(a), to_numpy(b), rtol=1e-5, atol=1e-6)

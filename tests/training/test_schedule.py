@@ -4,15 +4,14 @@ import keras
 import numpy as np
 import pytest
 
-from mintransformer import checkpoints
 from mintransformer.config import ClassificationConfig, TranslationConfig
 from mintransformer.data.corpora import load_corpus, numbers_spec
-from mintransformer.run import RunDirectory
-from mintransformer.training import loop
-from mintransformer.training.loop import decay_end_step, warmup_adam
+from mintransformer.runs import checkpoints
+from mintransformer.runs.directory import RunDirectory
+from mintransformer.training import callbacks, translation
+from mintransformer.training.optimizer import DECAY_END_STEP, decay_end_step, warmup_adam
 from mintransformer.training.schedule import CustomSchedule, LinearWarmupDecay, NoamSchedule
-from mintransformer.training.translation import train_translation
-from tests.conftest import to_numpy
+from tests.conftest import to_numpy, train_in
 
 pytestmark = pytest.mark.core
 
@@ -192,16 +191,16 @@ def test_a_time_budget_moves_the_decays_end_into_the_compiled_step(tmp_path, mon
         schedule="linear",
     )
     probe = RunDirectory.create(tmp_path / "probe", config)
-    train_translation(probe, corpus, verbose=0)
+    train_in(translation, probe, corpus)
     steps_per_epoch = int(saved(probe.checkpoints()[-1], "iteration"))
     assert steps_per_epoch > 3
-    monkeypatch.setattr(loop, "time", OneSecondPerCall())
+    monkeypatch.setattr(callbacks, "time", OneSecondPerCall())
     budget = dataclasses.replace(config, epochs=50, minutes=(steps_per_epoch + 0.5) / 60)
     run = RunDirectory.create(tmp_path / "run", budget)
-    model, _ = train_translation(run, corpus, verbose=0)
+    model, _ = train_in(translation, run, corpus)
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1, 2]
     assert saved(run.checkpoints()[-1], "iteration") == steps_per_epoch + 1
-    assert saved(run.checkpoints()[-1], loop.DECAY_END_STEP) == steps_per_epoch + 1.0
+    assert saved(run.checkpoints()[-1], DECAY_END_STEP) == steps_per_epoch + 1.0
     first, second = (checkpoints.average_checkpoints([path]) for path in run.checkpoints())
     for before, after in zip(first[: len(model.weights)], second, strict=False):
         np.testing.assert_array_equal(before, after)

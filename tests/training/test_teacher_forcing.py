@@ -6,7 +6,7 @@ from mintransformer import Transformer
 from mintransformer.config import TranslationConfig
 from mintransformer.training.losses import MaskedAccuracy, MaskedLoss, projected_cross_entropy
 from mintransformer.training.teacher_forcing import TeacherForcing
-from mintransformer.training.translation import compile_for_training
+from mintransformer.training.translation import compile_model
 from tests.conftest import to_numpy, value_and_gradients
 
 pytestmark = pytest.mark.core
@@ -126,9 +126,9 @@ def test_a_train_step_equals_one_through_the_logits(tie_embeddings):
         np.testing.assert_allclose(to_numpy(got), to_numpy(want), rtol=1e-4, atol=1e-6)
 
 
-def test_compile_for_training_gives_a_trainer_with_the_warm_up_adam():
+def test_compile_model_gives_a_trainer_with_the_warm_up_adam():
     model = transformer(tie_embeddings=True)
-    trainer = compile_for_training(model, config(), steps_per_epoch=10)
+    trainer = compile_model(model, config(), steps_per_epoch=10)
     assert isinstance(trainer, TeacherForcing) and trainer.transformer is model
     assert isinstance(trainer.optimizer, keras.optimizers.Adam) and trainer.optimizer.built
     x, y = batch()
@@ -141,7 +141,7 @@ def test_compile_for_training_gives_a_trainer_with_the_warm_up_adam():
 def test_validation_scores_the_logits_with_masked_loss():
     x, y = batch()
     model = transformer(tie_embeddings=True)
-    trainer = compile_for_training(model, config(), steps_per_epoch=10)
+    trainer = compile_model(model, config(), steps_per_epoch=10)
     scores = trainer.evaluate(x, y, return_dict=True, verbose=0)
     logits = model(x)
     assert scores["loss"] == pytest.approx(float(to_numpy(MaskedLoss(EPS)(y, logits))), rel=1e-5)

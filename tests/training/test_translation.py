@@ -5,14 +5,14 @@ import csv
 import numpy as np
 import pytest
 
-from mintransformer import checkpoints
 from mintransformer.config import TranslationConfig
 from mintransformer.data.corpora import load_corpus, numbers_spec
-from mintransformer.loading import load_trained
-from mintransformer.run import RunDirectory
-from mintransformer.training import loop
-from mintransformer.training.translation import train_translation
-from tests.conftest import interrupt_after_epoch, to_numpy
+from mintransformer.runs import checkpoints
+from mintransformer.runs.directory import RunDirectory
+from mintransformer.runs.loading import load_trained
+from mintransformer.training import translation
+from mintransformer.training.callbacks import TrainingClock
+from tests.conftest import interrupt_after_epoch, to_numpy, train_in
 
 TINY = dict(
     num_layers=1,
@@ -47,7 +47,7 @@ def weights_of(model):
 
 def test_a_run_writes_its_directory_and_reloads(tmp_path, corpus):
     run = start(tmp_path / "run", epochs=2)
-    model, _ = train_translation(run, corpus, verbose=0)
+    model, _ = train_in(translation, run, corpus)
     for path in (run.config_path, run.tokenizer_path, run.weights_path, run.log_path):
         assert path.is_file(), path
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1, 2]
@@ -60,7 +60,7 @@ def test_a_run_writes_its_directory_and_reloads(tmp_path, corpus):
 
 def test_final_weights_are_the_average_of_the_last_checkpoints(tmp_path, corpus):
     run = start(tmp_path / "run", epochs=3, average_last=2)
-    model, _ = train_translation(run, corpus, verbose=0)
+    model, _ = train_in(translation, run, corpus)
     count = len(model.weights)
     expected = checkpoints.average_checkpoints(run.checkpoints()[-2:])[:count]
     for got, want in zip(weights_of(model), expected, strict=True):
@@ -68,13 +68,13 @@ def test_final_weights_are_the_average_of_the_last_checkpoints(tmp_path, corpus)
 
 
 def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(tmp_path, corpus):
-    uninterrupted, _ = train_translation(start(tmp_path / "a", epochs=3), corpus, verbose=0)
+    uninterrupted, _ = train_in(translation, start(tmp_path / "a", epochs=3), corpus)
 
     run = start(tmp_path / "b", epochs=3)
     with interrupt_after_epoch(1):
-        train_translation(run, corpus, verbose=0)
+        train_in(translation, run, corpus)
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1, 2]
-    resumed, _ = train_translation(run, corpus, resume=True, verbose=0)
+    resumed, _ = train_in(translation, run, corpus, resume=True)
     for a, b in zip(weights_of(resumed), weights_of(uninterrupted), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -98,7 +98,7 @@ def test_incomplete_and_corrupt_run_directories_are_clear_errors(tmp_path):
 
 def test_each_epoch_logs_real_tokens_per_second_padding_and_training_time(tmp_path, corpus):
     run = start(tmp_path / "run", epochs=2)
-    train_translation(run, corpus, verbose=0)
+    train_in(translation, run, corpus)
     rows = list(csv.DictReader(run.log_path.read_text().splitlines()))
     assert len(rows) == 2
     for row in rows:
@@ -112,13 +112,13 @@ def test_each_epoch_logs_real_tokens_per_second_padding_and_training_time(tmp_pa
 
 def test_a_time_budget_stops_training_early_and_still_averages(tmp_path, corpus, capsys):
     run = start(tmp_path / "run", epochs=50, minutes=1e-6)
-    model, _ = train_translation(run, corpus, verbose=0)
+    model, _ = train_in(translation, run, corpus)
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1]  # stopped in epoch 1
     assert run.weights_path.is_file()
     assert len(run.log_path.read_text().strip().splitlines()) == 2  # header + 1 epoch
     # Resuming a run whose budget is spent trains nothing and keeps its result.
     before = weights_of(model)
-    resumed, _ = train_translation(run, corpus, resume=True, verbose=0)
+    resumed, _ = train_in(translation, run, corpus, resume=True)
     assert "nothing left to train" in capsys.readouterr().out
     for a, b in zip(weights_of(resumed), before, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -127,9 +127,9 @@ def test_a_time_budget_stops_training_early_and_still_averages(tmp_path, corpus,
 def test_a_resumed_run_counts_the_training_time_already_spent(tmp_path, corpus):
     run = start(tmp_path / "run", epochs=2)
     with interrupt_after_epoch(0):
-        train_translation(run, corpus, verbose=0)
+        train_in(translation, run, corpus)
     spent = checkpoints.read_meta(run.checkpoint_path(1))["train_seconds"]
-    train_translation(run, corpus, resume=True, verbose=0)
+    train_in(translation, run, corpus, resume=True)
     assert checkpoints.read_meta(run.checkpoint_path(2))["train_seconds"] > spent
 
 
@@ -144,7 +144,7 @@ class _Model:
 
 @pytest.mark.parametrize(("spent", "stops"), [(0.0, False), (60.0, True)])
 def test_the_training_clock_stops_once_the_budget_is_spent(spent, stops):
-    clock = loop.TrainingClock(_Stream(), budget_seconds=60.0, spent_seconds=spent)
+    clock = TrainingClock(_Stream(), budget_seconds=60.0, spent_seconds=spent)
     clock.set_model(_Model())
     clock.on_epoch_begin(0)
     logs = {}

@@ -116,12 +116,3 @@ def read_text(path: str | Path) -> list[str]:
     if not lines:
         raise ValueError(f"{path} holds no text: it is empty or has only blank lines.")
     return lines
-
-
-def __getattr__(name: str):
-    # The language-model stream helpers moved to `data.windows`; old imports keep working.
-    if name in {"token_stream", "make_windows", "prompt_ids", "decode_text", "WindowBatches"}:
-        from mintransformer.data import windows
-
-        return getattr(windows, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mintransformer.data.text import normalize_text
-from mintransformer.tokenizer import Tokenizer
+from mintransformer.data.tokenizer import Tokenizer
 
 
 def token_stream(tokenizer: Tokenizer, lines: Sequence[str]) -> np.ndarray:

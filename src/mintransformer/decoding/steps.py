@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 from keras import ops
 
-from mintransformer.backend_adapter import compile_inference
+from mintransformer.backend.compilation import compile_inference
 
 State = Any
 
@@ -117,6 +117,9 @@ class CachedSteps(_TensorSteps):
     Args:
         model: a built `Transformer`.
         max_length: most target positions to decode (cache size).
+
+    Attributes:
+        source_positions: the longest source the model reads, `</s>` included.
     """
 
     def __init__(self, model, max_length: int):
@@ -126,6 +129,7 @@ class CachedSteps(_TensorSteps):
                 f"(pe_target={model.decoder.max_length})."
             )
         super().__init__(model, max_length)
+        self.source_positions = model.encoder.max_length
         self._start = compile_inference(self.start_tensors, model.variables)
 
     def start_tensors(self, source_ids):

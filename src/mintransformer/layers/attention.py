@@ -14,8 +14,8 @@ import math
 import keras
 from keras import ops
 
-from mintransformer import checks
-from mintransformer.backend_adapter import prefers_fused_attention
+from mintransformer.backend.kernels import prefers_fused_attention
+from mintransformer.core import checks
 from mintransformer.layers.arguments import config_with
 from mintransformer.layers.dropout import Dropout
 from mintransformer.layers.masks import check_attention_mask

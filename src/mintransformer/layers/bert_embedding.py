@@ -11,7 +11,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer import checks
+from mintransformer.core import checks
 from mintransformer.layers.arguments import config_with
 from mintransformer.layers.dropout import Dropout
 from mintransformer.layers.layer_norm import LayerNorm

@@ -15,7 +15,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer import checks
+from mintransformer.core import checks
 from mintransformer.layers import masks
 from mintransformer.layers.stack import Stack
 from mintransformer.layers.sublayer import BlockOptions, residual

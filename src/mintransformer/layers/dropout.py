@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import keras
 
-from mintransformer.backend_adapter import dropout
+from mintransformer.backend.kernels import dropout
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
 class Dropout(keras.layers.Dropout):
     """`keras.layers.Dropout` (same arguments, seed generator and weights) drawing its mask
-    through `backend_adapter.dropout`, which on TensorFlow needs half the random bits.
+    through `backend.kernels.dropout`, which on TensorFlow needs half the random bits.
 
     Call arguments:
         inputs: any shape.

@@ -21,7 +21,7 @@ import math
 import keras
 from keras import ops
 
-from mintransformer import checks
+from mintransformer.core import checks
 from mintransformer.layers.arguments import config_with
 from mintransformer.layers.dropout import Dropout
 from mintransformer.layers.positional import LearnedPositionalEmbedding, PositionalEncoding

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import keras
 
-from mintransformer import checks
+from mintransformer.core import checks
 from mintransformer.layers.layer_norm import LayerNorm
 from mintransformer.layers.stack import Stack
 from mintransformer.layers.sublayer import BlockOptions

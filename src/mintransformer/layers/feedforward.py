@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from mintransformer import checks
+from mintransformer.core import checks
 from mintransformer.layers.arguments import config_with
 
 ACTIVATIONS = {

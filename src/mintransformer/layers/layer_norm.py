@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import keras
 
-from mintransformer.backend_adapter import layer_norm
+from mintransformer.backend.kernels import layer_norm
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
 class LayerNorm(keras.layers.LayerNormalization):
     """`keras.layers.LayerNormalization` (same arguments and weights) whose training pass
-    over the last axis goes through `backend_adapter.layer_norm`: on TensorFlow a
+    over the last axis goes through `backend.kernels.layer_norm`: on TensorFlow a
     closed-form gradient with half of Keras' ops. Inference, and any other axis or
     option, is Keras' own, so exported graphs keep the pattern ONNX fuses.
 

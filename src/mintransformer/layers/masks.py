@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from keras import ops
 
-from mintransformer import checks
+from mintransformer.core import checks
 
 
 def padding_mask(token_ids, pad_id: int = 0):

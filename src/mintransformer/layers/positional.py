@@ -13,7 +13,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from mintransformer import checks
+from mintransformer.core import checks
 
 
 def sinusoidal_table(length: int, d_model: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer import checks
+from mintransformer.core import checks
 from mintransformer.layers import masks
 from mintransformer.layers.arguments import (
     config_with,

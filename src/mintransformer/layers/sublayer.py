@@ -17,7 +17,7 @@ from collections.abc import Callable
 import keras
 from keras import ops
 
-from mintransformer import checks
+from mintransformer.core import checks
 from mintransformer.layers.arguments import config_with, stored_arguments
 from mintransformer.layers.attention import MultiHeadAttention
 from mintransformer.layers.dropout import Dropout

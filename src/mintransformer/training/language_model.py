@@ -3,7 +3,7 @@
 `train` is what `mintransformer train lm` calls. The text's token stream
 (`data.windows`) is cut into windows of `max_length + 1` tokens; the last
 `val_fraction` of them (the end of the file) is held out for validation. The loop
-(`training.loop.fit`) checkpoints, resumes and averages, as for translation.
+(`training.loop.train`) does the rest, as for translation.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ import numpy as np
 from mintransformer.config import LanguageModelConfig
 from mintransformer.data.text import read_text
 from mintransformer.data.token_stream import token_stream
+from mintransformer.data.tokenizer import Tokenizer
 from mintransformer.data.windows import WindowBatches, make_windows
-from mintransformer.generation import generate_text  # noqa: F401  (it was defined here)
 from mintransformer.models.language_model import LanguageModel
-from mintransformer.run import RunDirectory
-from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import loop
-from mintransformer.training.data_parallel import DataParallel, shard
+from mintransformer.training.losses import MaskedAccuracy, MaskedLoss
+from mintransformer.training.optimizer import compile_for_training
 
 
 def split_windows(
@@ -45,45 +44,40 @@ def split_windows(
     return windows[:-num_val], windows[-num_val:]
 
 
-def train_language_model(
-    run: RunDirectory, lines: Sequence[str], resume: bool = False, verbose: int = 1
-) -> tuple[LanguageModel, Tokenizer]:
-    """Trains (or resumes) the run's language model on `lines` (from `data.text.read_text`).
-
-    Returns:
-        the model holding the final (averaged) weights, and the tokenizer.
-    """
-    config = loop.start(run, LanguageModelConfig)
+def make_batches(tokenizer: Tokenizer, lines: Sequence[str], config: LanguageModelConfig):
+    """Training and validation `WindowBatches` of `max_tokens // max_length` windows each."""
     if not 0 < config.val_fraction < 1:
         raise ValueError(f"`val_fraction` must be in (0, 1), got {config.val_fraction}.")
-    tokenizer = loop.prepare_tokenizer(run, lines, resume, vocab_size=config.vocab_size)
     train_windows, val_windows = split_windows(tokenizer, lines, config)
     batch_size = max(1, config.max_tokens // config.max_length)
     train = WindowBatches(train_windows, batch_size, shuffle=True, seed=config.seed)
-    val = WindowBatches(val_windows, batch_size, shuffle=False)
-    train, val = shard(train, val, tokenizer.pad_id)
-    return loop.build_and_fit(run, config, tokenizer, train, val, resume, verbose), tokenizer
+    return train, WindowBatches(val_windows, batch_size, shuffle=False)
 
 
-def _load_data(config: LanguageModelConfig):
-    return read_text(config.text)
+def compile_model(model: LanguageModel, config: LanguageModelConfig, steps_per_epoch: int):
+    """The warm-up Adam with the label-smoothed next-token loss and accuracy, padding ignored."""
+    loss = MaskedLoss(config.label_smoothing, pad_id=Tokenizer.pad_id)
+    metrics = [MaskedAccuracy(pad_id=Tokenizer.pad_id)]
+    return compile_for_training(model, config, steps_per_epoch, loss, metrics)
+
+
+TASK = loop.Task(
+    config_class=LanguageModelConfig,
+    load_data=lambda config: read_text(config.text),
+    describe=lambda config, lines: f"data: {len(lines):,} lines of {config.text}",
+    tokenizer_texts=lambda lines, config: lines,
+    tokenizer_options=lambda config: {"vocab_size": config.vocab_size},
+    make_batches=make_batches,
+    compile=compile_model,
+)
 
 
 def train(
-    path: str | Path,
-    config: LanguageModelConfig | None = None,
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    verbose: int = 1,
-    data_parallel: DataParallel | None = None,
+    path: str | Path, config: LanguageModelConfig | None = None, **options
 ) -> tuple[LanguageModel, Tokenizer]:
     """Trains a new run in `path` on `config.text` (or resumes the run there).
 
-    `data_parallel` trains on several devices (JAX; `training.data_parallel`).
+    `options` are `loop.train`'s (`resume`, `overwrite`, `verbose`, `data_parallel`).
     """
-    with loop.open_run(
-        path, config, LanguageModelConfig, resume, overwrite, _load_data, data_parallel
-    ) as (run, config, lines):
-        print(f"data: {len(lines):,} lines of {config.text}")
-        return train_language_model(run, lines, resume=resume, verbose=verbose)
+    trained = loop.train(TASK, path, config, **options)
+    return trained.model, trained.tokenizer

@@ -1,103 +1,184 @@
-"""The one training loop every task uses: run directory, tokenizer, optimizer, fit, averaging.
+"""The one training loop: `train(task, path, config)` does, once, what every run needs.
 
-A trainer (`training.translation`, `training.classification`,
-`training.language_model`) reads its data, builds batches and a model, then
-hands them to `fit`:
+    lock the run directory (new, or the one to resume), for the whole command
+    set up the runtime and data parallelism, decide the precision
+    load the data (task.load_data), then create the run directory
+    seed, train (or reload) the tokenizer, build the batches (task.make_batches)
+    build the model (runs.loading.build_model) and compile it (task.compile)
+    fit: a checkpoint every epoch, exact resume, a time budget
+    average the last checkpoints into the final weights
+    report on held-out data (task.held_out)
 
-    with open_run(path, config, ConfigClass, resume, overwrite, load_data) as (run, config, data):
-        config = start(run, ConfigClass)
-        tokenizer = prepare_tokenizer(run, texts, resume, vocab_size=...)
-        model = build_model(config, tokenizer.vocab_size)
-        trainee = compile_for_training(model, config, len(train))
-        fit(run, trainee, train, val, config, resume)
-
-`fit` checkpoints every epoch (weights, optimizer slots and dropout-seed state),
-re-seeds every epoch so that a resumed run repeats the uninterrupted one exactly,
-and ends by averaging the last checkpoints into the run's final weights. It logs
-the real (non-padding) tokens per second and the padding fraction of every epoch,
-and with a time budget (`config.minutes`) stops when the budget is spent.
+A task module (`training.translation`, `.classification`, `.language_model`) says
+only what differs between tasks, as a `Task`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import keras
 
-from mintransformer import checkpoints
-from mintransformer.backend_adapter import (
-    adam,
-    choose_precision,
-    configure_runtime,
-    seed_global_generators,
-)
+from mintransformer.backend import distribution
+from mintransformer.backend.precision import choose_precision
+from mintransformer.backend.runtime import configure_runtime
 from mintransformer.config import RunConfig
-from mintransformer.errors import CorruptFileError, NonFiniteLossError
-from mintransformer.loading import build_model
-from mintransformer.run import RunDirectory
-from mintransformer.tokenizer import Tokenizer
-from mintransformer.training.data_parallel import DataParallel
-from mintransformer.training.data_parallel import start as data_parallel_start
-from mintransformer.training.losses import MaskedAccuracy, MaskedLoss
-from mintransformer.training.schedule import LinearWarmupDecay, warmup_schedule
+from mintransformer.data.tokenizer import Tokenizer
+from mintransformer.runs import checkpoints
+from mintransformer.runs.directory import RunDirectory
+from mintransformer.runs.loading import build_model
+from mintransformer.training.callbacks import (
+    EpochCheckpoint,
+    EpochSeed,
+    StopOnNonFiniteLoss,
+    TrainingClock,
+)
+from mintransformer.training.checkpointing import (
+    average_into_result,
+    restore_newest_intact,
+    training_state,
+)
+from mintransformer.training.data_parallel import shard
+from mintransformer.training.optimizer import decay_end_step
 from mintransformer.training.stream import EpochStream
 
-DECAY_END_STEP = "decay_end_step"
+
+@dataclass(frozen=True)
+class Task:
+    """What one kind of run needs from its module; `train` does the rest.
+
+    Attributes:
+        config_class: the config class of the run (`TranslationConfig`, ...).
+        load_data: `config -> data`, the splits to train on; it may complete the
+            config (class names) before the run directory is created.
+        describe: `(config, data) -> str`, a line naming the data for the log.
+        tokenizer_texts: `(data, config) -> texts` the tokenizer is trained on.
+        tokenizer_options: `config -> dict`, keyword arguments of `Tokenizer.train`.
+        make_batches: `(tokenizer, data, config) -> (train, val)` datasets.
+        compile: `(model, config, steps_per_epoch) -> model to fit`, optimizer built.
+        held_out: `(model, tokenizer, config, data, verbose) -> result`, a score on
+            held-out data printed after training, or None.
+        held_out_label: what the log calls that result ("test": "test: accuracy ...").
+        weight_rows: padding rows of data-parallel batches get sample weight 0 (for a
+            loss that does not skip padding targets itself).
+    """
+
+    config_class: type[RunConfig]
+    load_data: Callable[[RunConfig], Any]
+    describe: Callable[[RunConfig, Any], str]
+    tokenizer_texts: Callable[[Any, RunConfig], Iterable[str]]
+    tokenizer_options: Callable[[RunConfig], dict]
+    make_batches: Callable[[Tokenizer, Any, RunConfig], tuple]
+    compile: Callable[[keras.Model, RunConfig, int], keras.Model]
+    held_out: Callable[[keras.Model, Tokenizer, RunConfig, Any, int], Any] | None = None
+    held_out_label: str = ""
+    weight_rows: bool = False
+
+
+@dataclass
+class Trained:
+    """What `train` returns: the model with its final weights, and what it was made from."""
+
+    model: keras.Model
+    tokenizer: Tokenizer
+    config: RunConfig
+    data: Any
+    held_out: Any = None
+
+
+def train(
+    task: Task,
+    path: str | Path,
+    config: RunConfig | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    verbose: int = 1,
+    data_parallel: distribution.DataParallel | None = None,
+    data: Any = None,
+) -> Trained:
+    """Trains a new run in `path` with `config`, or resumes the run there (`resume`).
+
+    Args:
+        task: what the task module gives (`Task`).
+        path: the run directory.
+        config: the new run's config; ignored when resuming (the run's own is used).
+        resume: continue from the newest intact checkpoint.
+        overwrite: replace a run already in `path`.
+        verbose: 0 silent, 1 progress bars.
+        data_parallel: train on several devices (JAX; `backend.distribution`).
+        data: the data to train on, as `task.load_data` gives it (default: what
+            `config.data` names).
+    """
+    start = time.perf_counter()
+    opened = open_run(task, path, config, resume, overwrite, data_parallel, data)
+    with opened as (run, data, bf16):
+        config = run.config(task.config_class)
+        keras.utils.set_random_seed(config.seed)  # initialisation and the first draws
+        tokenizer = prepare_tokenizer(
+            run, task.tokenizer_texts(data, config), resume, **task.tokenizer_options(config)
+        )
+        train_batches, val_batches = task.make_batches(tokenizer, data, config)
+        train_batches, val_batches = shard(
+            train_batches, val_batches, tokenizer.pad_id, task.weight_rows
+        )
+        model = build_model(config, tokenizer.vocab_size, mixed_precision=bf16)
+        trainee = task.compile(model, config, len(train_batches))
+        fit(run, trainee, train_batches, val_batches, config, resume, verbose)
+    print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {run.path}")
+    held_out = None
+    if task.held_out is not None:
+        held_out = task.held_out(model, tokenizer, config, data, verbose)
+        if held_out is not None:
+            print(f"{task.held_out_label}: {held_out}" if task.held_out_label else held_out)
+    return Trained(model, tokenizer, config, data, held_out)
 
 
 @contextlib.contextmanager
 def open_run(
+    task: Task,
     path: str | Path,
     config: RunConfig | None,
-    config_class: type[RunConfig],
     resume: bool,
     overwrite: bool,
-    load_data: Callable[[RunConfig], Any],
-    data_parallel: DataParallel | None = None,
-) -> Iterator[tuple[RunDirectory, RunConfig, Any]]:
-    """The run directory to train in, its config and its data, locked for the block.
+    data_parallel: distribution.DataParallel | None,
+    data: Any = None,
+) -> Iterator[tuple[RunDirectory, Any, bool]]:
+    """The run directory, its data and whether to train in bf16; locked for the block.
 
     No other process can train in the run directory within the block
-    (`RunDirectory.lock`). With `resume` the config is the run's own; otherwise
-    `config` is written to a new run directory. The data are loaded first, so bad
-    data leave no run behind; `load_data` may complete the config (e.g. the class
-    names) before it is saved. With `data_parallel`, the models built from now on
-    are replicated over its devices (`training.data_parallel`).
+    (`RunDirectory.lock`). The data are loaded before a new run directory is
+    created, so bad data leave no run behind.
     """
     with RunDirectory(path).lock():
         print(configure_runtime())
         if data_parallel is not None:
-            data_parallel_start(data_parallel)
+            distribution.start(data_parallel)
         if resume:
             run = RunDirectory.to_resume(path)
-            config = run.config(config_class)
-        elif not isinstance(config, config_class):
-            raise ValueError(f"a new run needs a {config_class.__name__}, got {config!r}")
+            config = run.config(task.config_class)
+        elif not isinstance(config, task.config_class):
+            raise ValueError(f"a new run needs a {task.config_class.__name__}, got {config!r}")
         if data_parallel is not None and data_parallel.num_processes > 1 and config.minutes:
             raise ValueError(
                 "a time budget (--minutes) cannot end a run of several processes: each would "
                 "stop at its own step. Give --epochs instead."
             )
+        bf16 = False
         if hasattr(config, "mixed_precision"):
-            print(choose_precision(config.mixed_precision)[1])
-        data = load_data(config)
+            bf16, why = choose_precision(config.mixed_precision)
+            print(why)
+        if data is None:
+            data = task.load_data(config)
+        print(task.describe(config, data))
         if not resume:
             run = RunDirectory.create(path, config, overwrite=overwrite)
-        yield run, config, data
-
-
-def start(run: RunDirectory, config_class: type[RunConfig]) -> RunConfig:
-    """The run's config, with Python, NumPy and the backend seeded from `config.seed`
-    (weight initialisation and everything drawn before the first epoch)."""
-    config = run.config(config_class)
-    keras.utils.set_random_seed(config.seed)
-    return config
+        yield run, data, bf16
 
 
 def prepare_tokenizer(
@@ -111,229 +192,6 @@ def prepare_tokenizer(
     return tokenizer
 
 
-def warmup_adam(config: RunConfig, steps_per_epoch: int) -> keras.optimizers.Adam:
-    """Adam(0.9, 0.98, 1e-9) on the config's warm-up schedule ("noam" unless the config
-    has a `schedule`), peaking at `config.peak_learning_rate` after `config.warmup_steps`."""
-    total_steps = config.epochs * steps_per_epoch
-    schedule = warmup_schedule(
-        getattr(config, "schedule", "noam"),
-        config.d_model,
-        config.peak_learning_rate,
-        config.warmup_steps,
-        total_steps,
-    )
-    if schedule.warmup_steps < config.warmup_steps:
-        # A shorter warm-up trains a different model: say so, since it is easy to miss
-        # that --epochs (not only --warmup-steps) sets it.
-        print(
-            f"warm-up: {schedule.warmup_steps} steps, not {config.warmup_steps}: cut to fit "
-            f"{config.epochs} epoch(s) of {steps_per_epoch} steps"
-        )
-    optimizer = adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
-    if isinstance(schedule, LinearWarmupDecay) and config.minutes:
-        # A time budget's length in steps is known only once training runs:
-        # `TrainingClock` moves the decay's end as it measures the pace.
-        end_step = optimizer.add_variable(
-            (),
-            initializer=keras.initializers.Constant(float(schedule.total_steps)),
-            dtype="float32",
-            name=DECAY_END_STEP,
-        )
-        schedule.end_from(end_step)
-        print(
-            f"learning rate: linear decay to 0 when the {config.minutes:g}-minute budget runs "
-            "out (its last step re-estimated every epoch from the pace so far)"
-        )
-    return optimizer
-
-
-def decay_end_step(optimizer) -> keras.Variable | None:
-    """The variable holding where `optimizer`'s learning rate reaches zero, if one moves it."""
-    return next((v for v in optimizer.variables if v.name == DECAY_END_STEP), None)
-
-
-def compile_for_training(
-    model, config: RunConfig, steps_per_epoch: int, loss=None, metrics: list | None = None
-) -> keras.Model:
-    """Compiles `model` with `warmup_adam`, `loss` and `metrics`; builds the optimizer.
-
-    The default loss and metric are those of next-token prediction: label-smoothed
-    cross-entropy (`config.label_smoothing`) and accuracy, both ignoring padding.
-    Given metrics are weighted by the batches' sample weights, if they carry any.
-    """
-    optimizer = warmup_adam(config, steps_per_epoch)
-    if loss is None:
-        loss = MaskedLoss(config.label_smoothing, pad_id=Tokenizer.pad_id)
-        model.compile(optimizer, loss, metrics=[MaskedAccuracy(pad_id=Tokenizer.pad_id)])
-    else:
-        model.compile(optimizer, loss, weighted_metrics=metrics)
-    model.optimizer.build(model.trainable_variables)
-    return model
-
-
-def training_state(model) -> list:
-    """Everything needed to continue training exactly: weights, seeds, optimizer slots."""
-    weights = {id(v) for v in model.weights}
-    seeds = [v for v in model.variables if id(v) not in weights]
-    return list(model.weights) + seeds + list(model.optimizer.variables)
-
-
-class TrainingClock(keras.callbacks.Callback):
-    """Times training (validation excluded), logs throughput, and enforces a time budget.
-
-    Every batch adds `tokens_per_s` (real, non-padding tokens the model read per
-    second of this epoch) and `padding` (the padded fraction of its positions) to
-    the logs, so they show in the progress bar; at the epoch's end they go to
-    `log.csv` with `train_seconds`, the training time of the whole run so far.
-
-    With a budget and a `decay_end` variable (a linear learning-rate decay's last
-    step), each epoch from the second on begins by moving `decay_end` to where the
-    budget is expected to run out: the optimizer's step count plus the seconds left
-    times the steps per second this process has trained so far.
-
-    Args:
-        stream: the training batches; `stream.token_counts(epoch, i)` gives the
-            `(real, padded)` token counts of batch i of `epoch`.
-        budget_seconds: stop once this much training time is spent (0: never).
-        spent_seconds: training time already spent (by the run being resumed).
-        decay_end: the variable to move, or None.
-    """
-
-    def __init__(
-        self,
-        stream,
-        budget_seconds: float = 0.0,
-        spent_seconds: float = 0.0,
-        decay_end: keras.Variable | None = None,
-    ):
-        super().__init__()
-        self.stream = stream
-        self.budget_seconds = budget_seconds
-        self.spent_seconds = spent_seconds
-        self.decay_end = decay_end if budget_seconds else None
-
-    def on_train_begin(self, logs=None):
-        # Where this process started: its own pace predicts the rest of the budget.
-        self.first_step = self.optimizer_step()
-        self.first_spent_seconds = self.spent_seconds
-
-    def optimizer_step(self) -> int:
-        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-
-    def on_epoch_begin(self, epoch, logs=None):
-        if self.decay_end is not None and self.spent_seconds > self.first_spent_seconds:
-            self.decay_end.assign(self.expected_last_step())
-        self.epoch = epoch
-        self.epoch_start = time.perf_counter()
-        self.epoch_seconds = 0.0
-        self.real = self.padded = 0
-
-    def expected_last_step(self) -> float:
-        """The optimizer step at which the budget should run out at the pace so far
-        (never before the next step)."""
-        done = self.optimizer_step()
-        pace = (done - self.first_step) / (self.spent_seconds - self.first_spent_seconds)
-        left = max(self.budget_seconds - self.spent_seconds, 0.0)
-        return max(done + left * pace, done + 1.0)
-
-    def on_train_batch_end(self, batch, logs=None):
-        real, padded = self.stream.token_counts(self.epoch, batch)
-        self.real += real
-        self.padded += padded
-        self.epoch_seconds = time.perf_counter() - self.epoch_start
-        if logs is not None:
-            logs.update(self.figures())
-        if self.budget_seconds and self.spent_seconds + self.epoch_seconds >= self.budget_seconds:
-            self.model.stop_training = True
-
-    def figures(self) -> dict[str, float]:
-        """This epoch's tokens per second and padding fraction so far."""
-        return {
-            "tokens_per_s": self.real / max(self.epoch_seconds, 1e-9),
-            "padding": 1.0 - self.real / max(self.padded, 1),
-        }
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.spent_seconds += self.epoch_seconds
-        if logs is not None:
-            logs.update(self.figures(), train_seconds=self.spent_seconds)
-
-
-class EpochCheckpoint(keras.callbacks.Callback):
-    """Writes the full training state after every epoch; keeps the newest `keep`.
-
-    The training time spent so far (`train_seconds` in the logs) is saved with it.
-    """
-
-    def __init__(self, run: RunDirectory, keep: int):
-        super().__init__()
-        self.run = run
-        self.keep = max(keep, 1)
-
-    def on_epoch_end(self, epoch, logs=None):
-        meta = {"train_seconds": (logs or {}).get("train_seconds", 0.0)}
-        checkpoints.save_variables(
-            self.run.checkpoint_path(epoch + 1), training_state(self.model), meta
-        )
-        for old in self.run.checkpoints()[: -self.keep]:
-            old.unlink()
-
-
-class EpochAware(keras.callbacks.Callback):
-    """A callback that knows the epoch it is in (`self.epoch`, 0-based)."""
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-
-
-class StopOnNonFiniteLoss(EpochAware):
-    """Stops training at the first batch whose loss is NaN or infinite, naming it.
-
-    It raises before that epoch's checkpoint is written, so the run's newest
-    checkpoint is the last good one, and no final weights are written.
-    """
-
-    def __init__(self, run: RunDirectory):
-        super().__init__()
-        self.run = run
-
-    def on_train_batch_end(self, batch, logs=None):
-        loss = float((logs or {}).get("loss", 0.0))
-        if math.isfinite(loss):
-            return
-        saved = self.run.checkpoints()
-        kept = (
-            f"the last good checkpoint, {saved[-1]}, is kept"
-            if saved
-            else "no checkpoint had been written"
-        )
-        raise NonFiniteLossError(
-            f"the training loss became {loss} at epoch {self.epoch + 1}, batch {batch + 1}: "
-            f"training stopped and {kept}; train again with a lower --peak-learning-rate "
-            "or more --warmup-steps."
-        )
-
-
-class EpochSeed(EpochAware):
-    """Seeds the global random generators with `seed + epoch` before each epoch's first step.
-
-    Some randomness lives outside the model's variables (on PyTorch, unseeded dropout
-    draws from torch's global generator), so a checkpoint cannot carry it; re-seeding
-    per epoch makes each epoch's randomness depend only on its number, and a resumed
-    run repeats the uninterrupted one. The seeding waits for the first step because
-    opening the data iterator (which a resumed run does in its first epoch, an
-    uninterrupted one only once) draws from torch's generator too.
-    """
-
-    def __init__(self, seed: int):
-        super().__init__()
-        self.seed = seed
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if batch == 0:
-            seed_global_generators(self.seed + self.epoch)
-
-
 def fit(
     run: RunDirectory, model, train, val, config: RunConfig, resume: bool, verbose: int = 1
 ) -> None:
@@ -344,7 +202,7 @@ def fit(
     and checkpoints are not counted); that last, shorter epoch is checkpointed like
     the others. A NaN or infinite loss stops training with an error naming the
     epoch and batch (`StopOnNonFiniteLoss`). A resumed run keeps what is left of
-    its budget.
+    its budget. The caller holds the run's lock.
 
     Args:
         run: the run directory (checkpoints, log, final weights).
@@ -356,7 +214,7 @@ def fit(
         resume: continue from the newest checkpoint instead of starting afresh.
         verbose: `model.fit` verbosity (0 silent, 1 progress bar).
     """
-    with run.lock(), run.explain_damage():  # no second process trains here meanwhile
+    with run.explain_damage():
         initial_epoch, spent = 0, 0.0
         if resume:
             restored = restore_newest_intact(run, training_state(model))
@@ -388,72 +246,3 @@ def fit(
                 verbose=verbose,
             )
         average_into_result(run, model, config.average_last)
-
-
-def restore_newest_intact(run: RunDirectory, state: list) -> Path | None:
-    """Loads the newest checkpoint that reads back whole into `state`; returns its path.
-
-    A corrupt checkpoint (empty, truncated) is skipped with a warning naming it, and
-    renamed to `NAME.corrupt` so that neither averaging nor a later resume reads it;
-    training then repeats the epochs after the checkpoint it restored. Returns None
-    (training starts from the first epoch) if no checkpoint is intact.
-    """
-    skipped, restored = [], None
-    for checkpoint in reversed(run.checkpoints()):
-        try:
-            checkpoints.load_variables(checkpoint, state)
-        except CorruptFileError as err:
-            checkpoint.replace(checkpoint.with_name(checkpoint.name + ".corrupt"))
-            skipped.append(f"{checkpoint} ({err.problem}; kept as {checkpoint.name}.corrupt)")
-            continue
-        restored = checkpoint
-        break
-    if skipped:
-        warnings.warn(
-            f"skipped corrupt checkpoint {', '.join(skipped)}: "
-            + (
-                f"resuming from {restored.name}."
-                if restored
-                else "no intact checkpoint, training starts from the first epoch."
-            ),
-            stacklevel=2,
-        )
-    return restored
-
-
-def build_and_fit(
-    run: RunDirectory,
-    config: RunConfig,
-    tokenizer: Tokenizer,
-    train,
-    val,
-    resume: bool,
-    verbose: int = 1,
-    compile_model: Callable = compile_for_training,
-):
-    """The config's model for `tokenizer`, compiled and trained by `fit`.
-
-    Args:
-        run, train, val, resume, verbose: as `fit`.
-        config: the run's config; `build_model` reads the model's settings from it.
-        tokenizer: the run's tokenizer (its vocabulary size sizes the model).
-        compile_model: `compile_model(model, config, steps_per_epoch)` compiles the
-            model, or a model that trains it, builds its optimizer and returns the
-            model to fit; `compile_for_training` by default.
-
-    Returns:
-        the model holding the final (averaged) weights.
-    """
-    model = build_model(config, tokenizer.vocab_size)
-    fit(run, compile_model(model, config, len(train)), train, val, config, resume, verbose)
-    return model
-
-
-def average_into_result(run: RunDirectory, model, average_last: int) -> None:
-    """Averages the newest `average_last` checkpoints into the model and `model.npz`."""
-    newest = run.checkpoints()[-max(average_last, 1) :]
-    weights = list(model.weights)
-    arrays = checkpoints.average_checkpoints(newest)[: len(weights)]
-    for variable, array in zip(weights, arrays, strict=True):
-        variable.assign(array.astype(variable.dtype))
-    checkpoints.save_variables(run.weights_path, weights)

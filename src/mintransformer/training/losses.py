@@ -14,8 +14,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer import checks
-from mintransformer.backend_adapter import argmax_last_axis
+from mintransformer.backend.kernels import argmax_last_axis
+from mintransformer.core import checks
 
 
 def smoothed_token_losses(labels, logits, label_smoothing: float):

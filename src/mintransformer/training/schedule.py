@@ -17,8 +17,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from mintransformer import checks
 from mintransformer.config import SCHEDULES
+from mintransformer.core import checks
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")

@@ -2,8 +2,8 @@
 
 `model.fit` on TensorFlow wraps a `PyDataset` in a `tf.data` iterator. Given the
 dataset of one epoch, it opens a new iterator every epoch and drops the one it had
-already opened and started filling; dropping it stalled every epoch for about
-4 s (a third of a demo epoch). Given one stream of all epochs and
+already opened and started filling; dropping it stalled every epoch for
+seconds. Given one stream of all epochs and
 `steps_per_epoch`, it keeps a single iterator from the first epoch to the last.
 
 The stream also fixes which epoch each batch belongs to by its position in the

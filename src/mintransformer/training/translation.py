@@ -3,26 +3,36 @@
 `train` is what `mintransformer train translation` calls. It follows the paper:
 teacher forcing over length-bucketed batches, the Noam warm-up with Adam(0.9,
 0.98, 1e-9) and label-smoothed cross-entropy that ignores padding (computed with
-the output projection, `TeacherForcing`); the loop
-(`training.loop.fit`) checkpoints, resumes and averages.
+the output projection, `TeacherForcing`). The loop (`training.loop.train`) does
+the rest: run directory, checkpoints, resume, averaging.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from mintransformer.backend_adapter import batch_width_multiple
+from mintransformer.backend.runtime import batch_width_multiple
 from mintransformer.config import TranslationConfig
 from mintransformer.data.batching import TranslationBatches
 from mintransformer.data.corpora import load_corpus
+from mintransformer.data.tokenizer import Tokenizer
+from mintransformer.inference.translator import Translator
 from mintransformer.models.transformer import Transformer
-from mintransformer.run import RunDirectory
-from mintransformer.tokenizer import Tokenizer
 from mintransformer.training import loop
-from mintransformer.training.data_parallel import DataParallel, shard
+from mintransformer.training.optimizer import compile_for_training
 from mintransformer.training.teacher_forcing import TeacherForcing
 
 Pairs = list[tuple[str, str]]
+Splits = dict[str, Pairs]
+
+
+def describe(config: TranslationConfig, splits: Splits) -> str:
+    return f"data: {', '.join(f'{k} {len(v):,} pairs' for k, v in splits.items())}"
+
+
+def tokenizer_texts(splits: Splits, config: TranslationConfig) -> list[str]:
+    return [text for pair in splits["train"] for text in pair]
 
 
 def make_batches(
@@ -43,63 +53,72 @@ def make_batches(
     )
 
 
-def compile_for_training(
+def train_and_val_batches(tokenizer: Tokenizer, splits: Splits, config: TranslationConfig):
+    return (
+        make_batches(tokenizer, splits["train"], config, shuffle=True),
+        make_batches(tokenizer, splits["val"], config, shuffle=False),
+    )
+
+
+def compile_model(
     model: Transformer, config: TranslationConfig, steps_per_epoch: int
 ) -> TeacherForcing:
-    """`model` inside a `TeacherForcing` trainer, compiled with `loop.warmup_adam`.
+    """`model` inside a `TeacherForcing` trainer, compiled with the warm-up Adam.
 
     Returns:
         the trainer, for `loop.fit`; its optimizer is built.
     """
     trainer = TeacherForcing(model, config.label_smoothing, Tokenizer.pad_id)
-    trainer.compile(loop.warmup_adam(config, steps_per_epoch))
-    trainer.optimizer.build(trainer.trainable_variables)
-    return trainer
+    return compile_for_training(trainer, config, steps_per_epoch)
 
 
-def train_translation(
-    run: RunDirectory, splits: dict[str, Pairs], resume: bool = False, verbose: int = 1
-) -> tuple[Transformer, Tokenizer]:
-    """Trains (or resumes) the run's model on `splits["train"]`, validating on `splits["val"]`.
+def held_out_report(count: int, beam_size: int = 1):
+    """A `Task.held_out` that translates the first `count` test (else validation) pairs
+    and reports their scores; None for `count` 0."""
+    if count <= 0:
+        return None
 
-    Returns:
-        the model holding the final (averaged) weights, and the tokenizer.
-    """
-    config = loop.start(run, TranslationConfig)
-    texts = [text for pair in splits["train"] for text in pair]
-    tokenizer = loop.prepare_tokenizer(run, texts, resume, vocab_size=config.vocab_size)
-    train = make_batches(tokenizer, splits["train"], config, shuffle=True)
-    val = make_batches(tokenizer, splits["val"], config, shuffle=False)
-    train, val = shard(train, val, tokenizer.pad_id)
-    model = loop.build_and_fit(
-        run, config, tokenizer, train, val, resume, verbose, compile_for_training
-    )
-    return model, tokenizer
+    def report(
+        model: Transformer, tokenizer: Tokenizer, config: TranslationConfig, splits, verbose
+    ):
+        held_out = (splits.get("test") or splits["val"])[:count]
+        translator = Translator.from_model(model, tokenizer, config=config)
+        return translator.report(held_out, beam_size=beam_size, progress=verbose > 0)
+
+    return report
 
 
-def _load_data(config: TranslationConfig):
-    return load_corpus(config.data)
+TASK = loop.Task(
+    config_class=TranslationConfig,
+    load_data=lambda config: load_corpus(config.data),
+    describe=describe,
+    tokenizer_texts=tokenizer_texts,
+    tokenizer_options=lambda config: {"vocab_size": config.vocab_size},
+    make_batches=train_and_val_batches,
+    compile=compile_model,
+)
 
 
 def train(
     path: str | Path,
     config: TranslationConfig | None = None,
     *,
-    resume: bool = False,
-    overwrite: bool = False,
-    verbose: int = 1,
-    data_parallel: DataParallel | None = None,
-) -> tuple[Transformer, Tokenizer, dict[str, Pairs]]:
+    report: int = 0,
+    beam_size: int = 1,
+    **options,
+) -> tuple[Transformer, Tokenizer, Splits]:
     """Trains a new run in `path` with `config`, or resumes the run there.
 
-    `data_parallel` trains on several devices (JAX; `training.data_parallel`).
+    Args:
+        path, config, options: as `loop.train` (`resume`, `overwrite`, `verbose`,
+            `data_parallel`).
+        report: after training, translate this many held-out pairs and print their
+            scores (0: none).
+        beam_size: the beam of that report (1: greedy).
 
     Returns:
         the trained model, its tokenizer and the corpus splits it was trained on.
     """
-    with loop.open_run(
-        path, config, TranslationConfig, resume, overwrite, _load_data, data_parallel
-    ) as (run, config, splits):
-        print(f"data: {', '.join(f'{k} {len(v):,} pairs' for k, v in splits.items())}")
-        model, tokenizer = train_translation(run, splits, resume=resume, verbose=verbose)
-        return model, tokenizer, splits
+    task = dataclasses.replace(TASK, held_out=held_out_report(report, beam_size))
+    trained = loop.train(task, path, config, **options)
+    return trained.model, trained.tokenizer, trained.data

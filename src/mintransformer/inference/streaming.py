@@ -17,8 +17,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from mintransformer.core.files import atomic_write
 from mintransformer.data.text import count_lines, iter_lines
-from mintransformer.files import atomic_write
 
 CHUNK_LINES = 256
 

@@ -3,9 +3,9 @@ holder dies.
 
 The lock is `fcntl.flock` on a lock file, so a process killed with SIGKILL leaves
 no stuck lock behind: the next process gets it at once. The lock file keeps the
-holder's process id, for the error that refuses a second process. Within one
-process the lock is re-entrant (training takes it for the whole run and again in
-the fit loop). Where `fcntl` is missing (Windows) nothing is locked, with a warning.
+holder's process id, for the error that refuses a second process. A command takes
+it once: a second take, even in the same process, is refused the same way. Where
+`fcntl` is missing (Windows) nothing is locked, with a warning.
 """
 
 from __future__ import annotations
@@ -16,16 +16,12 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from mintransformer.errors import RunInUseError
+from mintransformer.core.errors import RunInUseError
 
 try:
     import fcntl
 except ImportError:  # not POSIX
     fcntl = None
-
-# Lock files this process holds: resolved path -> [open file, nesting depth].
-_held: dict[Path, list] = {}
-
 
 @contextlib.contextmanager
 def exclusive_lock(lock_file: str | Path, what: str) -> Iterator[None]:
@@ -38,14 +34,6 @@ def exclusive_lock(lock_file: str | Path, what: str) -> Iterator[None]:
     Raises:
         RunInUseError: if another process holds the lock, naming its process id.
     """
-    key = Path(lock_file).resolve()
-    if key in _held:
-        _held[key][1] += 1
-        try:
-            yield
-        finally:
-            _held[key][1] -= 1
-        return
     if fcntl is None:
         warnings.warn(
             f"file locks are not available on this system: nothing stops a second "
@@ -54,7 +42,7 @@ def exclusive_lock(lock_file: str | Path, what: str) -> Iterator[None]:
         )
         yield
         return
-    handle = open(key, "a+")  # noqa: SIM115  (closed in the finally below)
+    handle = open(lock_file, "a+")  # noqa: SIM115  (closed in the finally below)
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -68,10 +56,6 @@ def exclusive_lock(lock_file: str | Path, what: str) -> Iterator[None]:
         handle.truncate(0)
         handle.write(str(os.getpid()))
         handle.flush()
-        _held[key] = [handle, 1]
-        try:
-            yield
-        finally:
-            del _held[key]
+        yield
     finally:
         handle.close()  # closing the file releases the lock

@@ -17,8 +17,8 @@ from tqdm.auto import tqdm
 from mintransformer.config import ClassificationConfig
 from mintransformer.data.labelled import LabelSet, clean_text, encode_texts, read_labelled
 from mintransformer.data.lengths import batch_by_length, pad_batch
-from mintransformer.export_folder import onnx_class
-from mintransformer.streaming import map_lines
+from mintransformer.inference.engines import classification_engine, keras_probabilities
+from mintransformer.inference.streaming import map_lines
 
 
 @dataclass
@@ -41,40 +41,31 @@ class Accuracy:
 
 
 class Classifier:
-    """Classifies with a model, tokenizer and config; `Classifier.from_run(dir)` loads a run."""
+    """Classifies with an engine, a tokenizer and a config; `Classifier.from_run(dir)` loads
+    a run.
 
-    def __init__(self, model, tokenizer, config: ClassificationConfig):
-        from keras import ops
+    Args:
+        probabilities: the engine: int token ids `(batch, length)` -> class
+            probabilities `(batch, classes)` as NumPy (`inference.engines`).
+        tokenizer: the run's `Tokenizer`.
+        config: the run's `ClassificationConfig` (labels, length, truncation).
+    """
 
-        from mintransformer.backend_adapter import compile_inference
-
-        self.model = model
-        self._set_up(tokenizer, config)
-        variables = model.trainable_variables + model.non_trainable_variables
-
-        def probabilities(token_ids):
-            return ops.softmax(model(token_ids, training=False), axis=-1)
-
-        compiled = compile_inference(probabilities, variables)
-        self._probabilities = lambda token_ids: np.asarray(
-            ops.convert_to_numpy(compiled(token_ids))
-        )
-
-    def _set_up(self, tokenizer, config: ClassificationConfig) -> None:
-        """What every engine sets: tokenizer, config and labels."""
+    def __init__(self, probabilities, tokenizer, config: ClassificationConfig):
+        self.engine = probabilities
         self.tokenizer = tokenizer
         self.config = config
         self.labels = LabelSet(config.labels)
 
     @classmethod
+    def from_model(cls, model, tokenizer, config: ClassificationConfig) -> Classifier:
+        """The classifier of a built Keras `TextClassifier` in memory."""
+        return cls(keras_probabilities(model), tokenizer, config)
+
+    @classmethod
     def from_run(cls, path: str | Path, engine: str = "keras") -> Classifier:
         """The classifier of the run directory `path`; `engine` as `Translator.from_run`."""
-        onnx_classifier = onnx_class(engine, "OnnxClassifier")
-        if onnx_classifier is not None:
-            return onnx_classifier.from_run(path)
-        from mintransformer.loading import load_trained
-
-        return cls(*load_trained(path, ClassificationConfig))
+        return cls(*classification_engine(path, engine))
 
     def probabilities(
         self, texts: Sequence[str], max_tokens: int = 32768, progress: bool = False
@@ -90,7 +81,7 @@ class Classifier:
         )
         for batch in tqdm(batches, disable=not progress, desc="classifying", unit="batch"):
             ids = pad_batch([token_ids[i] for i in batch], pad_id=self.tokenizer.pad_id)
-            result[batch] = self._probabilities(ids)
+            result[batch] = self.engine(ids)
         return result
 
     def classify(self, texts: Sequence[str], progress: bool = False) -> list[Prediction]:

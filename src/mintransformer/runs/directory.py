@@ -28,10 +28,10 @@ from mintransformer.config import (  # noqa: F401  (the configs were defined her
     TranslationConfig,
     config_from_json,
 )
-from mintransformer.errors import CorruptFileError
-from mintransformer.files import atomic_write
-from mintransformer.locking import exclusive_lock
-from mintransformer.tokenizer import Tokenizer
+from mintransformer.core.errors import CorruptFileError
+from mintransformer.core.files import atomic_write
+from mintransformer.core.locking import exclusive_lock
+from mintransformer.data.tokenizer import Tokenizer
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"

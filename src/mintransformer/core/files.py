@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from mintransformer.errors import FileWriteError
+from mintransformer.core.errors import FileWriteError
 
 
 def atomic_write(path: str | Path, write) -> None:
@@ -41,3 +41,13 @@ def atomic_write(path: str | Path, write) -> None:
         if isinstance(err, OSError) and not isinstance(err, FileWriteError):
             raise FileWriteError(path, err) from err
         raise
+
+
+def save_npy(path: str | Path, array) -> Path:
+    """Writes `array` as a `.npy` file atomically; returns the path, `.npy` added as
+    `numpy.save` would add it."""
+    import numpy as np
+
+    path = Path(str(path).removesuffix(".npy") + ".npy")
+    atomic_write(path, lambda f: np.save(f, array))
+    return path

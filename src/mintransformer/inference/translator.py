@@ -17,13 +17,13 @@ import sacrebleu
 from tqdm.auto import tqdm
 
 from mintransformer.config import TranslationConfig
+from mintransformer.core.files import atomic_write
 from mintransformer.data.lengths import pad_batch
 from mintransformer.data.text import normalize_text, read_lines
 from mintransformer.decoding.beam import beam_search
 from mintransformer.decoding.greedy import greedy_search
-from mintransformer.export_folder import onnx_class
-from mintransformer.files import atomic_write
-from mintransformer.streaming import CHUNK_LINES, map_lines
+from mintransformer.inference.engines import keras_translation_steps, translation_engine
+from mintransformer.inference.streaming import CHUNK_LINES, map_lines
 
 
 @dataclass
@@ -56,35 +56,39 @@ def score(hypotheses: Sequence[str], references: Sequence[str | Sequence[str]]) 
 
 
 class Translator:
-    """Translates with a model and tokenizer; `Translator.from_run(dir)` loads a run.
+    """Translates with an engine and a tokenizer; `Translator.from_run(dir)` loads a run.
 
     Args:
-        model: a built `Transformer`.
-        tokenizer: its `Tokenizer`.
-        max_output_length: most target tokens per sentence (</s> included).
+        steps: the engine: decoding steps (`decoding.steps` protocol: start, step,
+            reorder) with `max_length` target positions and `source_positions`, from
+            `inference.engines` (the Keras model's `CachedSteps` or the export's
+            `OnnxSteps`).
+        tokenizer: the run's `Tokenizer`.
         config: the run's `TranslationConfig`, where there is one (for `evaluate_split`).
     """
 
-    def __init__(
-        self,
+    def __init__(self, steps, tokenizer, config: TranslationConfig | None = None):
+        self.steps = steps
+        self.tokenizer = tokenizer
+        self.config = config
+        self.max_source_length = steps.source_positions - 1  # </s> is appended
+        self.max_output_length = steps.max_length
+
+    @classmethod
+    def from_model(
+        cls,
         model,
         tokenizer,
         max_output_length: int | None = None,
         config: TranslationConfig | None = None,
-    ):
-        from mintransformer.decoding.steps import CachedSteps
+    ) -> Translator:
+        """The translator of a built Keras `Transformer` in memory.
 
-        self.model = model
-        self._set_up(tokenizer, config, model.encoder.max_length, model.decoder.max_length)
-        self.max_output_length = max_output_length or self.max_output_length
-        self.steps = CachedSteps(model, self.max_output_length)
-
-    def _set_up(self, tokenizer, config, source_positions: int, target_positions: int) -> None:
-        """What every engine sets: tokenizer, config and the lengths the model reads."""
-        self.tokenizer = tokenizer
-        self.config = config
-        self.max_source_length = source_positions - 1  # </s> is appended
-        self.max_output_length = target_positions
+        Args:
+            max_output_length: most target tokens per sentence, `</s>` included
+                (default: the model's target positions).
+        """
+        return cls(keras_translation_steps(model, max_output_length), tokenizer, config)
 
     @classmethod
     def from_run(
@@ -98,13 +102,18 @@ class Translator:
             engine: "keras" (the run's weights) or "onnx" (its export on onnxruntime,
                 without Keras; `path` may then be the export folder).
         """
-        onnx_translator = onnx_class(engine, "OnnxTranslator")
-        if onnx_translator is not None:
-            return onnx_translator.from_run(path, max_output_length)
-        from mintransformer.loading import load_trained
+        return cls(*translation_engine(path, engine, max_output_length))
 
-        model, tokenizer, config = load_trained(path, TranslationConfig)
-        return cls(model, tokenizer, max_output_length, config)
+    @property
+    def model(self):
+        """The Keras `Transformer` behind the engine (attention maps read it)."""
+        model = getattr(self.steps, "model", None)
+        if model is None:
+            raise ValueError(
+                "this translator runs an ONNX export: attention needs the Keras engine "
+                "(engine='keras')"
+            )
+        return model
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
         encoded = self.tokenizer.encode_batch([normalize_text(t) for t in texts])
@@ -220,11 +229,17 @@ class Translator:
             raise ValueError(f"this run's corpus has no {split!r} split: {sorted(splits)}")
         return self.evaluate_pairs(splits[split], output_file, **options)
 
-    def report(self, pairs: Sequence[tuple[str, str]], beam_size: int = 1, shown: int = 5) -> str:
+    def report(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        beam_size: int = 1,
+        shown: int = 5,
+        progress: bool = True,
+    ) -> str:
         """Scores, exact-match rate and a few examples of translating held-out `pairs`."""
         sources = [source for source, _ in pairs]
         references = [target for _, target in pairs]
-        hypotheses = self.translate(sources, beam_size=beam_size, progress=True)
+        hypotheses = self.translate(sources, beam_size=beam_size, progress=progress)
         exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / len(pairs)
         lines = [
             f"held-out ({len(pairs)} sentences): {score(hypotheses, references)}  "

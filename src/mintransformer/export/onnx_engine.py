@@ -1,29 +1,32 @@
-"""Translating, classifying and generating with an exported run on onnxruntime, NumPy and
-our tokenizer.
+"""The onnxruntime engine: an export folder's graphs run with NumPy and our tokenizer.
 
 Nothing here imports Keras, TensorFlow, JAX or PyTorch. `OnnxSteps` gives the exported
-encoder and decoder-step graphs (`mintransformer.export`) the start/step/reorder calls
-of `mintransformer.decoding.steps`, so the same greedy and beam search loops drive
-them; `OnnxLanguageModelSteps` does the same for a language model's step graph and the
-sampling loop. `OnnxTranslator`, `OnnxClassifier` and `OnnxGenerator` are `Translator`,
-`Classifier` and `Generator` with the graphs in place of the Keras model, usually
-reached through their `from_run(dir, engine="onnx")`.
+encoder and decoder-step graphs (`export.onnx_graphs`) the start/step/reorder calls of
+`decoding.steps`, so the same greedy and beam search loops drive them;
+`OnnxLanguageModelSteps` does the same for a language model's step graph and the
+sampling loop. `translation_engine`, `classification_engine` and `generation_engine`
+open an export folder and return what `Translator`, `Classifier` and `Generator` take
+(`inference.engines` picks between them and the Keras model).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from mintransformer.classification import Classifier
-from mintransformer.config import ClassificationConfig, LanguageModelConfig, TranslationConfig
+from mintransformer.config import (
+    ClassificationConfig,
+    LanguageModelConfig,
+    RunConfig,
+    TranslationConfig,
+)
+from mintransformer.data.tokenizer import Tokenizer
 from mintransformer.decoding.sampling import generate_with_steps
-from mintransformer.export_folder import GRAPHS, ExportFolder
-from mintransformer.generation import Generator
-from mintransformer.tokenizer import Tokenizer
-from mintransformer.translation import Translator
+from mintransformer.export.folder import GRAPHS, ExportFolder
 
 State = tuple[list[np.ndarray], np.ndarray, np.ndarray]
 
@@ -38,8 +41,8 @@ def inference_session(path: str | Path):
         ) from err
     options = onnxruntime.SessionOptions()
     # onnxruntime sizes its thread pool by the machine's cores, and its threads spin while
-    # they wait: on one core of two (taskset), a demo-model greedy decode at batch 1 took
-    # 11.6 ms with the default pool against 2.6 ms with one thread.
+    # they wait: where this process may run on fewer cores, the spinning threads steal
+    # the cores that do the work.
     options.intra_op_num_threads = usable_cores()
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
@@ -100,15 +103,26 @@ class OnnxSteps:
         decoder_step: the session of `decoder_step.onnx`.
         layers, heads, depth: the cache layout (the export's manifest).
         max_length: most target positions to decode (cache size).
+        source_positions: the longest source the model reads, `</s>` included.
     """
 
     compiled_loops = False
 
-    def __init__(self, encoder, decoder_step, layers: int, heads: int, depth: int, max_length):
+    def __init__(
+        self,
+        encoder,
+        decoder_step,
+        layers: int,
+        heads: int,
+        depth: int,
+        max_length: int,
+        source_positions: int,
+    ):
         self.encoder = encoder
         self.decoder_step = decoder_step
         self.cache_layout = dict(layers=layers, heads=heads, depth=depth)
         self.max_length = max_length
+        self.source_positions = source_positions
 
     def start(self, source_ids: np.ndarray, repeat: int = 1) -> State:
         """Encodes `(batch, length)` sources; each row repeated `repeat` times (beams)."""
@@ -175,93 +189,66 @@ class OnnxLanguageModelSteps:
         return state.reorder(indices)
 
 
-class _Exported:
-    """What the engine's classes share: `from_run` opens an export folder of their task and
-    calls `__init__(folder, manifest, config, tokenizer, *args)`."""
+def open_export(path: str | Path, config_class: type[RunConfig]):
+    """An export folder of `config_class`'s task, or the export inside a run directory.
 
-    config_class: type
+    Returns:
+        `(folder, manifest, config, tokenizer)`.
 
-    @classmethod
-    def from_run(cls, path: str | Path, *args):
-        """An export folder, or the export inside a run directory (`ExportFolder.open`)."""
-        folder, manifest = ExportFolder.open(path)
-        task = cls.config_class.task
-        if manifest["task"] != task:
-            raise ValueError(
-                f"{folder.path} is an export of a {manifest['task']} run, not a {task} run"
-            )
-        config = cls.config_class.from_json(folder.config_path.read_text(), str(folder.path))
-        return cls(folder, manifest, config, Tokenizer.load(folder.tokenizer_path), *args)
-
-
-class OnnxTranslator(_Exported, Translator):
-    """`Translator` on an export folder: onnxruntime in place of the Keras model.
-
-    Args:
-        folder, manifest, config, tokenizer: the export folder, its manifest, config and
-            tokenizer (`from_run` reads them).
-        max_output_length: most target tokens per sentence (default: the model's).
+    Raises:
+        ValueError: for an export of another task (and as `ExportFolder.open`).
     """
-
-    config_class = TranslationConfig
-
-    def __init__(self, folder, manifest, config, tokenizer, max_output_length: int | None = None):
-        self._set_up(tokenizer, config, config.max_length, config.max_length)
-        if max_output_length is not None:
-            if max_output_length > config.max_length:
-                raise ValueError(
-                    f"`max_output_length` ({max_output_length}) exceeds the model's target "
-                    f"positions ({config.max_length})."
-                )
-            self.max_output_length = max_output_length
-        encoder, decoder_step = (
-            inference_session(folder.graph_path(name)) for name in GRAPHS[config.task]
+    folder, manifest = ExportFolder.open(path)
+    task = config_class.task
+    if manifest["task"] != task:
+        raise ValueError(
+            f"{folder.path} is an export of a {manifest['task']} run, not a {task} run"
         )
-        self.steps = OnnxSteps(
-            encoder, decoder_step, **manifest["cache"], max_length=self.max_output_length
-        )
+    config = config_class.from_json(folder.config_path.read_text(), str(folder.path))
+    return folder, manifest, config, Tokenizer.load(folder.tokenizer_path)
 
 
-class OnnxClassifier(_Exported, Classifier):
-    """`Classifier` on an export folder: onnxruntime in place of the Keras model.
+def translation_engine(path: str | Path, max_output_length: int | None = None):
+    """`(OnnxSteps, tokenizer, config)` of a translation export; `max_output_length` at
+    most the model's target positions (default: all of them)."""
+    folder, manifest, config, tokenizer = open_export(path, TranslationConfig)
+    encoder, decoder_step = (
+        inference_session(folder.graph_path(name)) for name in GRAPHS[config.task]
+    )
+    steps = OnnxSteps(
+        encoder,
+        decoder_step,
+        **manifest["cache"],
+        max_length=max_output_length or config.max_length,
+        source_positions=config.max_length,
+    )
+    return steps, tokenizer, config
 
-    Args: as `OnnxTranslator`'s first four.
-    """
 
-    config_class = ClassificationConfig
+def classification_engine(path: str | Path):
+    """`(probabilities, tokenizer, config)` of a classification export: `probabilities`
+    maps int token ids `(batch, length)` to float32 class probabilities."""
+    folder, _, config, tokenizer = open_export(path, ClassificationConfig)
+    session = inference_session(folder.graph_path(GRAPHS[config.task][0]))
 
-    def __init__(self, folder, manifest, config, tokenizer):
-        self._set_up(tokenizer, config)
-        session = inference_session(folder.graph_path(GRAPHS[config.task][0]))
-        self._probabilities = lambda token_ids: session.run(
-            None, {"token_ids": np.asarray(token_ids, "int32")}
-        )[0]
+    def probabilities(token_ids: np.ndarray) -> np.ndarray:
+        return session.run(None, {"token_ids": np.asarray(token_ids, "int32")})[0]
+
+    return probabilities, tokenizer, config
 
 
-class OnnxGenerator(_Exported, Generator):
-    """`Generator` on an export folder: onnxruntime in place of the Keras model.
-
-    Args: as `OnnxTranslator`'s first four.
-    """
-
-    config_class = LanguageModelConfig
-
-    def __init__(self, folder, manifest, config, tokenizer):
-        self.tokenizer = tokenizer
-        self.max_length = config.max_length
-        self.cache = manifest["cache"]
-        self.step_session = inference_session(folder.graph_path(GRAPHS[config.task][0]))
-
-    def generate_ids(self, prompt_ids, max_new_tokens: int, **options) -> list[list[int]]:
-        """`decoding.sampling.generate` on the exported step graph."""
-        return generate_with_steps(
-            lambda positions: OnnxLanguageModelSteps(
-                self.step_session, **self.cache, max_length=positions
-            ),
-            prompt_ids,
-            vocab_size=self.tokenizer.vocab_size,
-            pad_id=Tokenizer.pad_id,
-            max_length=self.max_length,
-            max_new_tokens=max_new_tokens,
-            **options,
-        )
+def generation_engine(path: str | Path) -> tuple[Callable, Tokenizer, int]:
+    """`(generate_ids, tokenizer, max_length)` of a language-model export:
+    `generate_ids(prompt_ids, max_new_tokens=..., **options)` as `decoding.sampling.generate`."""
+    folder, manifest, config, tokenizer = open_export(path, LanguageModelConfig)
+    session = inference_session(folder.graph_path(GRAPHS[config.task][0]))
+    generate_ids = partial(
+        generate_with_steps,
+        lambda positions: OnnxLanguageModelSteps(
+            session, **manifest["cache"], max_length=positions
+        ),
+        vocab_size=tokenizer.vocab_size,
+        pad_id=Tokenizer.pad_id,
+        max_length=config.max_length,
+    )
+    return generate_ids, tokenizer, config.max_length

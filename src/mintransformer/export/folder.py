@@ -11,23 +11,20 @@
       classifier.onnx       classification: token ids -> class probabilities
       lm_step.onnx          language model: one position with the key/value cache
 
-Written by `mintransformer.export` (TensorFlow), read by `mintransformer.onnx_engine`
-(onnxruntime + NumPy). This module imports neither.
+Written by `export.onnx_graphs` (TensorFlow), read by `export.onnx_engine` (onnxruntime +
+NumPy). This module imports neither.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from pathlib import Path
 
-from mintransformer import __version__, checks
-from mintransformer.files import atomic_write
-from mintransformer.run import CONFIG, TOKENIZER, RunDirectory
+from mintransformer import __version__
+from mintransformer.core.files import atomic_write
+from mintransformer.runs.directory import CONFIG, TOKENIZER, RunDirectory
 
-# "keras": the run's weights in our layers; "onnx": its export on onnxruntime, without Keras.
-ENGINES = ("keras", "onnx")
 # Bumped whenever the graphs' inputs or outputs change.
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -37,17 +34,6 @@ GRAPHS = {
     "classification": ("classifier.onnx",),
     "language_model": ("lm_step.onnx",),
 }
-
-
-def onnx_class(engine: str, name: str):
-    """For `engine` "onnx", the class `name` of `mintransformer.onnx_engine`; None for "keras".
-
-    Raises:
-        ValueError: for another engine.
-    """
-    if checks.one_of(engine, ENGINES, "engine") == "keras":
-        return None
-    return getattr(importlib.import_module("mintransformer.onnx_engine"), name)
 
 
 def file_digest(path: str | Path) -> str:

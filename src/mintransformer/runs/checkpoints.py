@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from keras import ops
 
-from mintransformer.errors import CorruptFileError
-from mintransformer.files import atomic_write
+from mintransformer.core.errors import CorruptFileError
+from mintransformer.core.files import atomic_write
 
 _PATHS_KEY = "__paths__"
 _META_KEY = "__meta__"

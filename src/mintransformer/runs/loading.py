@@ -11,16 +11,16 @@ from pathlib import Path
 
 import numpy as np
 
-from mintransformer import checkpoints
-from mintransformer.backend_adapter import choose_precision
+from mintransformer.runs import checkpoints
+from mintransformer.backend.precision import choose_precision
 from mintransformer.config import (
     ClassificationConfig,
     LanguageModelConfig,
     RunConfig,
     TranslationConfig,
 )
-from mintransformer.run import RunDirectory
-from mintransformer.tokenizer import Tokenizer
+from mintransformer.runs.directory import RunDirectory
+from mintransformer.data.tokenizer import Tokenizer
 
 # Config fields that are model arguments of the same name.
 SIZE_FIELDS = ("num_layers", "d_model", "num_heads", "dff", "dropout_rate")
@@ -45,18 +45,16 @@ def _fields(config: RunConfig, names: tuple[str, ...]) -> dict:
     return {name: getattr(config, name) for name in names}
 
 
-def _precision(config: RunConfig) -> str | None:
-    bf16, _ = choose_precision(getattr(config, "mixed_precision", False))
-    return "mixed_bfloat16" if bf16 else None
-
-
-def build_model(config: RunConfig, vocab_size: int):
+def build_model(config: RunConfig, vocab_size: int, mixed_precision: bool = False):
     """The built model a config describes: `Transformer`, `LanguageModel` or `TextClassifier`.
 
     Args:
         config: a run config.
         vocab_size: the tokenizer's vocabulary size (source and target share it).
+        mixed_precision: build in bf16 mixed precision (the caller decides, once:
+            `backend.precision.choose_precision`); the language model is always fp32.
     """
+    dtype = "mixed_bfloat16" if mixed_precision else None
     if not isinstance(config, TranslationConfig | LanguageModelConfig | ClassificationConfig):
         raise TypeError(f"not a run config: {type(config).__name__}")
     size = {**_fields(config, SIZE_FIELDS), "pad_id": Tokenizer.pad_id}
@@ -71,7 +69,7 @@ def build_model(config: RunConfig, vocab_size: int):
             target_vocab_size=vocab_size,
             pe_input=config.max_length,
             pe_target=config.max_length,
-            dtype=_precision(config),
+            dtype=dtype,
         )
         model((dummy, dummy))
         return model
@@ -87,29 +85,38 @@ def build_model(config: RunConfig, vocab_size: int):
             **_fields(config, CLASSIFIER_FIELDS),
             vocab_size=vocab_size,
             num_classes=len(config.labels),
-            dtype=_precision(config),
+            dtype=dtype,
         )
     model(dummy)
     return model
 
 
-def load_trained(path: str | Path, expected: type[RunConfig] | None = None):
+def load_trained(
+    path: str | Path | RunDirectory,
+    expected: type[RunConfig] | None = None,
+    mixed_precision: bool | None = None,
+):
     """The model (final weights), tokenizer and config of a finished run.
 
     Args:
-        path: the run directory.
+        path: the run directory (or an opened `RunDirectory`).
         expected: the config class the run must have; a ValueError names the
             run's kind otherwise (e.g. a classification run given to `translate`).
+        mixed_precision: build in bf16 (True) or fp32 (False); None: as the run's
+            config asks, or as this machine pays for (`choose_precision`).
 
     Returns:
         `(model, tokenizer, config)`.
     """
-    run = RunDirectory.open(path)
+    run = path if isinstance(path, RunDirectory) else RunDirectory.open(path)
     with run.explain_damage():
         config = run.config(expected)
         tokenizer = run.tokenizer()
+        if mixed_precision is None:
+            requested = getattr(config, "mixed_precision", False)
+            mixed_precision = choose_precision(requested)[0]
         try:
-            model = build_model(config, tokenizer.vocab_size)
+            model = build_model(config, tokenizer.vocab_size, mixed_precision)
         except ValueError as err:  # a setting the model refuses
             raise ValueError(f"{run.config_path}: {err}") from None
         checkpoints.load_variables(run.weights_path, model.weights)

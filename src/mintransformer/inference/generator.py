@@ -10,39 +10,35 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from mintransformer.config import LanguageModelConfig
 from mintransformer.data.token_stream import decode_text, prompt_ids
-from mintransformer.decoding.sampling import generate
-from mintransformer.export_folder import onnx_class
+from mintransformer.inference.engines import generation_engine, keras_generation
 
 
 class Generator:
-    """Continues text with a `LanguageModel`; `Generator.from_run(dir)` loads a run.
+    """Continues text with a language model; `Generator.from_run(dir)` loads a run.
 
     Args:
-        model: a built `LanguageModel`.
-        tokenizer: its `Tokenizer`.
+        generate_ids: the engine: `generate_ids(prompt_ids, max_new_tokens=...,
+            **options)` -> the new token ids of each prompt, as
+            `decoding.sampling.generate` (`inference.engines`).
+        tokenizer: the run's `Tokenizer`.
+        max_length: the model's context, in tokens.
     """
 
-    def __init__(self, model, tokenizer):
-        self.model = model
+    def __init__(self, generate_ids, tokenizer, max_length: int):
+        self.generate_ids = generate_ids
         self.tokenizer = tokenizer
-        self.max_length = model.max_length
+        self.max_length = max_length
+
+    @classmethod
+    def from_model(cls, model, tokenizer) -> Generator:
+        """The generator of a built Keras `LanguageModel` in memory."""
+        return cls(keras_generation(model), tokenizer, model.max_length)
 
     @classmethod
     def from_run(cls, path: str | Path, engine: str = "keras") -> Generator:
         """The generator of the run directory `path`; `engine` as `Translator.from_run`."""
-        onnx_generator = onnx_class(engine, "OnnxGenerator")
-        if onnx_generator is not None:
-            return onnx_generator.from_run(path)
-        from mintransformer.loading import load_trained
-
-        model, tokenizer, _ = load_trained(path, LanguageModelConfig)
-        return cls(model, tokenizer)
-
-    def generate_ids(self, prompt_ids, max_new_tokens: int, **options) -> list[list[int]]:
-        """`decoding.sampling.generate` on this generator's model."""
-        return generate(self.model, prompt_ids, max_new_tokens=max_new_tokens, **options)
+        return cls(*generation_engine(path, engine))
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int = 50, **options) -> list[str]:
         """Each prompt followed by its generated continuation, as text (</s> = line break).
@@ -66,10 +62,5 @@ class Generator:
                 stacklevel=2,
             )
             encoded = [ids[-room:] for ids in encoded]
-        generated = self.generate_ids(encoded, max_new_tokens, **options)
+        generated = self.generate_ids(encoded, max_new_tokens=max_new_tokens, **options)
         return [decode_text(self.tokenizer, p + g) for p, g in zip(encoded, generated, strict=True)]
-
-
-def generate_text(model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 50, **options):
-    """`Generator(model, tokenizer).generate(...)`, as a function."""
-    return Generator(model, tokenizer).generate(prompts, max_new_tokens, **options)

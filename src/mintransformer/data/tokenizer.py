@@ -13,8 +13,8 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from mintransformer.errors import CorruptFileError
-from mintransformer.files import atomic_write
+from mintransformer.core.errors import CorruptFileError
+from mintransformer.core.files import atomic_write
 
 # Surrogate code points: a Python string may hold them (from "surrogateescape"
 # decoding, or JSON's "\\ud800"), UTF-8 and so the tokenizers library cannot.

@@ -1,0 +1,109 @@
+"""Backend-specific kernels that the layers and the loss call: dropout's random mask,
+LayerNorm's training gradient, the loss's arg-max, and whether to use the fused
+attention kernel. Each falls back to `keras.ops` where the backend needs nothing special.
+"""
+
+from __future__ import annotations
+
+import keras
+
+
+def prefers_fused_attention() -> bool:
+    """Whether `keras.ops.dot_product_attention` beats attention written out in ops.
+
+    PyTorch has a fused CPU kernel (scaled_dot_product_attention) that is much faster;
+    TensorFlow and JAX have none, and were as fast or slower with it (docs/speed.md).
+    """
+    return keras.backend.backend() == "torch"
+
+
+def argmax_last_axis(x):
+    """`keras.ops.argmax(x, axis=-1)` as int32, in one pass over `x`.
+
+    Keras' TensorFlow `argmax` first replaces -0.0 by the smallest negative float, so that
+    0.0 beats -0.0 as in NumPy: four more passes over `x` (equal, sign bit, and, select).
+    Over a batch of vocabulary-wide logits that costs more than the arg-max itself, and
+    which of two zero logits wins does not matter to an accuracy.
+    """
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.math.argmax(x, axis=-1, output_type=tf.int32)
+    return keras.ops.cast(keras.ops.argmax(x, axis=-1), "int32")
+
+
+RANDOM_WORD_LEVELS = 65536  # TensorFlow's dropout compares 16-bit random words
+
+
+def dropout(inputs, rate: float, seed_generator: keras.random.SeedGenerator):
+    """Inverted dropout: each element zeroed with probability `rate`, the rest scaled up.
+
+    On TensorFlow the mask comes from 16-bit random words, two from each 32-bit
+    word the generator makes, where `keras.random.dropout` draws a float (32 bits)
+    per element: half the random-number work, the step's largest cost after the
+    matrix products. `rate` is rounded to a multiple of 1 / 65536 there and the
+    kept elements are scaled by the inverse of the rounded keep probability, so
+    the expected output is still exactly `inputs`. Other backends use
+    `keras.random.dropout`.
+    """
+    if keras.backend.backend() != "tensorflow" or not 0.0 < rate < 1.0:
+        return keras.random.dropout(inputs, rate, seed=seed_generator)
+    import tensorflow as tf
+
+    threshold = round(rate * RANDOM_WORD_LEVELS)  # a word below it drops its element
+    if not 0 < threshold < RANDOM_WORD_LEVELS:
+        return keras.random.dropout(inputs, rate, seed=seed_generator)
+    seed = tf.cast(tf.math.floormod(seed_generator.next(), tf.int32.max - 1), tf.int32)
+    shape = tf.shape(inputs)
+    last = shape[-1]
+    word_shape = tf.concat([shape[:-1], [(last + 1) // 2]], axis=0)
+    # Philox is what the default ("auto select") picks; named, XLA (jit_compile) also runs
+    # it faster than the auto-selected one.
+    words = tf.random.stateless_uniform(
+        word_shape, seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
+    )
+    halves = tf.reshape(tf.bitcast(words, tf.uint16), tf.concat([shape[:-1], [-1]], axis=0))
+    keep = halves[..., :last] >= threshold
+    scale = tf.constant(RANDOM_WORD_LEVELS / (RANDOM_WORD_LEVELS - threshold), inputs.dtype)
+    # A product with a mask of 0 and `scale`: its gradient is one more product, where
+    # a select's would be a select and a product.
+    return inputs * tf.where(keep, scale, tf.zeros((), inputs.dtype))
+
+
+def layer_norm(x, gamma, beta, epsilon: float):
+    """`keras.ops.layer_normalization` over the last axis, for training; in float32.
+
+    On TensorFlow with a hand-written gradient: Keras writes the forward pass as
+    `x * inv + (beta - mean * inv)` with `inv = gamma / std` a full-size tensor, and
+    differentiating that takes about twice the ops and passes of the closed form
+
+        dx = (g - mean(g) - x_hat * mean(g * x_hat)) / std,   g = dy * gamma.
+
+    Other backends use Keras' (PyTorch's own kernel; JAX fuses under `jit`).
+    """
+    if keras.backend.backend() != "tensorflow":
+        return keras.ops.layer_normalization(x, gamma, beta, epsilon=epsilon)
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def normalize(x, gamma, beta):
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        inverse_std = tf.math.rsqrt(variance + epsilon)
+        normalized = (x - mean) * inverse_std
+
+        def gradient(upstream):
+            scaled = upstream * gamma
+            d_x = inverse_std * (
+                scaled
+                - tf.reduce_mean(scaled, axis=-1, keepdims=True)
+                - normalized * tf.reduce_mean(scaled * normalized, axis=-1, keepdims=True)
+            )
+            rows = list(range(len(x.shape) - 1))
+            return d_x, tf.reduce_sum(upstream * normalized, rows), tf.reduce_sum(upstream, rows)
+
+        return normalized * gamma + beta, gradient
+
+    def as_float32(value):
+        return tf.cast(tf.convert_to_tensor(value), tf.float32)
+
+    return tf.cast(normalize(as_float32(x), as_float32(gamma), as_float32(beta)), x.dtype)

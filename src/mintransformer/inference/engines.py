@@ -1,0 +1,93 @@
+"""The engine factory: what runs a trained model, the Keras model or its ONNX export.
+
+Each function returns what one inference class takes:
+
+    translation_engine      -> Translator(steps, tokenizer, config)
+    classification_engine   -> Classifier(probabilities, tokenizer, config)
+    generation_engine       -> Generator(generate_ids, tokenizer, max_length)
+
+"keras" loads the run's weights into our layers (`runs.loading.load_trained`);
+"onnx" opens its export on onnxruntime without Keras (`export.onnx_engine`), and the
+path may then be the export folder itself. Keras is imported only by the Keras engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from mintransformer.config import ClassificationConfig, LanguageModelConfig, TranslationConfig
+from mintransformer.core import checks
+
+ENGINES = ("keras", "onnx")
+
+
+def translation_engine(path: str | Path, engine: str = "keras", max_output_length=None):
+    """`(steps, tokenizer, config)` of a translation run (`decoding.steps` protocol)."""
+    if checks.one_of(engine, ENGINES, "engine") == "onnx":
+        from mintransformer.export import onnx_engine
+
+        steps, tokenizer, config = onnx_engine.translation_engine(path, max_output_length)
+    else:
+        from mintransformer.runs.loading import load_trained
+
+        model, tokenizer, config = load_trained(path, TranslationConfig)
+        steps = keras_translation_steps(model, max_output_length)
+    return steps, tokenizer, config
+
+
+def classification_engine(path: str | Path, engine: str = "keras"):
+    """`(probabilities, tokenizer, config)` of a classification run."""
+    if checks.one_of(engine, ENGINES, "engine") == "onnx":
+        from mintransformer.export import onnx_engine
+
+        return onnx_engine.classification_engine(path)
+    from mintransformer.runs.loading import load_trained
+
+    model, tokenizer, config = load_trained(path, ClassificationConfig)
+    return keras_probabilities(model), tokenizer, config
+
+
+def generation_engine(path: str | Path, engine: str = "keras"):
+    """`(generate_ids, tokenizer, max_length)` of a language-model run."""
+    if checks.one_of(engine, ENGINES, "engine") == "onnx":
+        from mintransformer.export import onnx_engine
+
+        return onnx_engine.generation_engine(path)
+    from mintransformer.runs.loading import load_trained
+
+    model, tokenizer, _ = load_trained(path, LanguageModelConfig)
+    return keras_generation(model), tokenizer, model.max_length
+
+
+def keras_translation_steps(model, max_output_length: int | None = None):
+    """Cached, compiled decoding steps of a built `Transformer` (`decoding.steps.CachedSteps`);
+    `max_output_length` defaults to all of its target positions."""
+    from mintransformer.decoding.steps import CachedSteps
+
+    return CachedSteps(model, max_output_length or model.decoder.max_length)
+
+
+def keras_probabilities(model) -> Callable[[np.ndarray], np.ndarray]:
+    """A compiled `token_ids -> class probabilities` (NumPy) of a built `TextClassifier`."""
+    from keras import ops
+
+    from mintransformer.backend.compilation import compile_inference
+
+    def probabilities(token_ids):
+        return ops.softmax(model(token_ids, training=False), axis=-1)
+
+    compiled = compile_inference(
+        probabilities, model.trainable_variables + model.non_trainable_variables
+    )
+    return lambda token_ids: np.asarray(ops.convert_to_numpy(compiled(token_ids)))
+
+
+def keras_generation(model) -> Callable:
+    """`generate_ids(prompt_ids, max_new_tokens=..., **options)` of a built `LanguageModel`."""
+    from mintransformer.decoding.sampling import generate
+
+    return partial(generate, model)

@@ -1,0 +1,68 @@
+"""Scoring a trained run or export on held-out data: BLEU and chrF for translation,
+accuracy for classification; the task is read from the run's own config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mintransformer.config import ClassificationConfig, RunConfig, config_from_json
+from mintransformer.core import checks
+from mintransformer.inference.classifier import Accuracy, Classifier
+from mintransformer.inference.engines import ENGINES
+from mintransformer.inference.translator import Scores, Translator
+
+
+def run_config(path: str | Path, engine: str = "keras") -> RunConfig:
+    """The config of the run directory (engine "keras") or export folder ("onnx") at `path`."""
+    if checks.one_of(engine, ENGINES, "engine") == "onnx":
+        from mintransformer.export.folder import ExportFolder
+
+        folder, _ = ExportFolder.open(path)
+        return config_from_json(folder.config_path.read_text(), str(folder.config_path))
+    from mintransformer.runs.directory import RunDirectory
+
+    return RunDirectory.open(path).config()
+
+
+def evaluate_run(
+    path: str | Path,
+    engine: str = "keras",
+    *,
+    data: str | Path | None = None,
+    src: str | Path | None = None,
+    ref: str | Path | None = None,
+    split: str | None = None,
+    output: str | Path | None = None,
+    beam_size: int = 1,
+    alpha: float = 0.6,
+    progress: bool = True,
+) -> Scores | Accuracy:
+    """Scores the run at `path` on the data its task takes.
+
+    Args:
+        path: a run directory, or an export folder with engine "onnx".
+        engine: "keras" or "onnx" (`inference.engines`).
+        data: classification: a labelled file or folder.
+        src, ref: translation: line-aligned source and reference files.
+        split: translation: "val" or "test" of the corpus the run was trained on.
+        output: translation: write the hypotheses here.
+        beam_size, alpha: translation: the search (beam 1 is greedy).
+        progress: show progress bars.
+
+    Raises:
+        ValueError: when the data given do not fit the run's task.
+    """
+    if isinstance(run_config(path, engine), ClassificationConfig):
+        if data is None:
+            raise ValueError("a classification run is evaluated on --data FILE (labelled texts)")
+        return Classifier.from_run(path, engine=engine).evaluate(data, progress=progress)
+    translator = Translator.from_run(path, engine=engine)
+    options = dict(beam_size=beam_size, alpha=alpha, progress=progress)
+    if split:
+        return translator.evaluate_split(split, output, **options)
+    if src is not None and ref is not None:
+        return translator.evaluate(src, ref, output, **options)
+    raise ValueError(
+        "a translation run is evaluated on --src FILE and --ref FILE, or on --split "
+        "val|test of the corpus it was trained on"
+    )
