@@ -48,23 +48,14 @@ def new_config(args: argparse.Namespace, task: str, **settings):
 
 def training_options(args: argparse.Namespace) -> dict:
     """The keyword arguments of every trainer's `train`, from the flags."""
-    given = [f for f in ("devices", "coordinator") if getattr(args, f, None)]
-    given += ["num_processes"] if args.num_processes != 1 else []
-    data_parallel = None
-    if args.distribute:
-        from mintransformer.backend.distribution import DataParallel
+    from mintransformer.backend.distribution import data_parallel_from_flags
 
-        data_parallel = DataParallel(
-            args.devices, args.coordinator, args.num_processes, args.process_id
-        )
-    elif given:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise ValueError(f"{flags}: these flags apply only with --distribute data")
+    flags = ("distribute", "devices", "coordinator", "num_processes", "process_id")
     return dict(
         resume=args.resume,
         overwrite=args.overwrite,
         verbose=args.verbose,
-        data_parallel=data_parallel,
+        data_parallel=data_parallel_from_flags(**{flag: getattr(args, flag) for flag in flags}),
     )
 
 

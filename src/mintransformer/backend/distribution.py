@@ -57,6 +57,28 @@ class DataParallel:
             )
 
 
+def data_parallel_from_flags(
+    distribute: str | None,
+    devices: int | None = None,
+    coordinator: str | None = None,
+    num_processes: int = 1,
+    process_id: int = 0,
+) -> DataParallel | None:
+    """The `DataParallel` of the command line's flags; None without `--distribute data`.
+
+    Raises:
+        ValueError: for device or process flags given without `--distribute data`.
+    """
+    if distribute:
+        return DataParallel(devices, coordinator, num_processes, process_id)
+    given = [f for f, v in (("devices", devices), ("coordinator", coordinator)) if v]
+    given += ["num_processes"] if num_processes != 1 else []
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ValueError(f"{flags}: these flags apply only with --distribute data")
+    return None
+
+
 def request_host_devices(devices: int | None) -> None:
     """Asks XLA for `devices` CPU devices; XLA reads the flag once, when JAX starts."""
     if devices and "jax" not in sys.modules:
