@@ -388,6 +388,12 @@ def _add_output_flag(parser) -> None:
     )
 
 
+def serve_command(args) -> None:
+    from mintransformer.serving.app import serve
+
+    serve(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--backend", choices=BACKENDS, help="Keras backend (default: Keras')")
@@ -517,6 +523,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=0.95, help="nucleus mass; 1 = no filtering")
     gen.add_argument("--seed", type=int, default=0)
     _add_engine_flag(gen)
+
+    from mintransformer.serving.options import add_serve_flags
+
+    serve = add(commands, "serve", "serve a run: JSON API and attention web page", serve_command)
+    add_serve_flags(serve)
     return parser
 
 
