@@ -95,7 +95,8 @@ class ServerProcess:
         raise TimeoutError(f"the server did not start in {timeout} s:\n{self.output()}")
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text()
 
     def stop(self) -> int:
