@@ -110,9 +110,12 @@ class ServerProcess:
 
 @pytest.fixture(scope="session")
 def server(trained_run, tmp_path_factory):
-    """A server process on the trained run, shared by the browser and load tests."""
+    """A server process on the trained run, shared by the browser and load tests.
+
+    `SERVING_RUN=DIR` serves that run instead (docs/serving.png shows a better-trained
+    model than the test's own)."""
     process = ServerProcess(
-        trained_run.path,
+        Path(os.environ.get("SERVING_RUN") or trained_run.path),
         "--warm-beams",
         "1",
         "--max-wait-ms",

@@ -5,7 +5,7 @@
 const SVG_NS = "http://www.w3.org/2000/svg";
 const HEAD_COLORS = ["#2f5fd0", "#d0492f", "#2a9d4b", "#9b3fc4", "#d08a00", "#0e9aa7",
   "#c2185b", "#5d6d7e", "#7cb342", "#6d4c41", "#3949ab", "#f4511e"];
-const state = { result: null, kind: "cross", layer: 1, heads: [], view: "head" };
+const state = { result: null, kind: "encoder", layer: 1, heads: [], view: "head" };
 const $ = (id) => document.getElementById(id);
 
 function el(name, attributes = {}, text = null) {
@@ -110,7 +110,6 @@ function currentMaps(layer = state.layer) {
 function render() {
   const box = $("figure-box");
   const figure = { head: headView, model: modelView, heatmap: heatmapView }[state.view]();
-  figure.id = "figure";
   box.replaceChildren(figure);
   $("hint").textContent = {
     head: "Rows attend to columns: each line's opacity is its weight. Hover a token to see only its lines.",
@@ -255,8 +254,11 @@ function setView(view) {
 
 // ---- saving a view ---------------------------------------------------------------------
 
+// The SVG of the view shown.
+const currentFigure = () => $("figure-box").firstElementChild;
+
 function figureSource() {
-  const figure = $("figure").cloneNode(true);
+  const figure = currentFigure().cloneNode(true);
   figure.setAttribute("xmlns", SVG_NS);
   return new XMLSerializer().serializeToString(figure);
 }
@@ -280,7 +282,7 @@ function saveSvg() {
 }
 
 function savePng() {
-  const figure = $("figure");
+  const figure = currentFigure();
   const scale = 2, width = Number(figure.getAttribute("width")),
     height = Number(figure.getAttribute("height"));
   const image = new Image();
