@@ -112,18 +112,23 @@ def test_cross_origin_requests_are_refused(client):
     assert rebound.status_code == 421
 
 
-def test_cors_flag_allows_its_origin_only(translation_service):
+def test_cors_flag_allows_its_origin_only(untrained_classifier_run):
+    # An app of its own (on a small classifier): closing it stops its service.
+    from mintransformer.serving.limits import Limits
+    from mintransformer.serving.services import load_service
     from tests.serving.conftest import make_client
 
     origin = "https://allowed.example"
-    with make_client(translation_service, cors_origins=(origin,)) as client:
+    service = load_service(untrained_classifier_run.path, "keras", Limits())
+    with make_client(service, cors_origins=(origin,)) as client:
         response = client.options(
-            "/api/translate",
+            "/api/classify",
             headers={"origin": origin, "access-control-request-method": "POST"},
         )
         assert response.headers["access-control-allow-origin"] == origin
-        allowed = post(client, {"texts": ["one"]}, headers={"origin": origin})
+        body = {"texts": ["a good film"]}
+        allowed = client.post("/api/classify", json=body, headers={"origin": origin})
         assert allowed.status_code == 200
         assert allowed.headers["access-control-allow-origin"] == origin
-        other = post(client, {"texts": ["one"]}, headers={"origin": "https://other.example"})
+        other = client.post("/api/classify", json=body, headers={"origin": "https://other.example"})
         assert other.status_code == 403

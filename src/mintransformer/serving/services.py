@@ -167,7 +167,10 @@ class TranslationService(Service):
             sources = await asyncio.to_thread(
                 self.translator.encode_sources, [texts[i] for i in todo]
             )
-            future = self.batcher.submit(sources, (beam_size, float(alpha), n_best))
+            try:
+                future = self.batcher.submit(sources, (beam_size, float(alpha), n_best))
+            except RuntimeError as err:  # stopping: the request was not taken
+                raise RequestError(503, str(err)) from None
             decoded = await asyncio.wrap_future(future)
             for i, hypotheses in zip(todo, decoded, strict=True):
                 results[i] = {
