@@ -175,7 +175,7 @@ class TranslationService(Service):
             for i, hypotheses in zip(todo, decoded, strict=True):
                 results[i] = {
                     "translation": hypotheses[0][0],
-                    "n_best": [{"translation": t, "score": s} for t, s in hypotheses],
+                    "n_best": [{"translation": t, "score": s} for t, s in _distinct(hypotheses)],
                 }
         if attention:
             for i, result in enumerate(results):
@@ -285,6 +285,17 @@ class GenerationService(Service):
             yield {"token": text[len(shown) :], "id": token_id}
             shown = text
         yield {"done": True, "text": await task}
+
+
+def _distinct(hypotheses: list[tuple[str, float | None]]) -> list[tuple[str, float | None]]:
+    """Each text once, at its best score: two subword splits of one text read the same."""
+    seen: set[str] = set()
+    kept = []
+    for text, score in hypotheses:  # best first
+        if text not in seen:
+            seen.add(text)
+            kept.append((text, score))
+    return kept
 
 
 def _stream_text(tokenizer, ids: list[int]) -> str:
