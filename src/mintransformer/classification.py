@@ -93,6 +93,21 @@ class Classifier:
             result[batch] = self._probabilities(ids)
         return result
 
+    def attention(self, text: str) -> tuple[list[str], dict[str, np.ndarray]]:
+        """The subword tokens the model reads for `text` (`<s>` first, truncated as in
+        `probabilities`) and its encoder's attention, {"encoder_layer1": (heads, n, n), ...}.
+        Keras engine only (it runs `self.model`)."""
+        from keras import ops
+
+        ids = encode_texts(
+            self.tokenizer, [clean_text(text)], self.config.max_length, self.config.truncation
+        )[0]
+        _, weights = self.model(
+            np.array([ids], "int32"), training=False, return_attention_weights=True
+        )
+        tokens = [self.tokenizer.id_to_token(i) for i in ids]
+        return tokens, {k: np.asarray(ops.convert_to_numpy(v))[0] for k, v in weights.items()}
+
     def classify(self, texts: Sequence[str], progress: bool = False) -> list[Prediction]:
         """The most probable label of each text and its probability."""
         probabilities = self.probabilities(texts, progress=progress)

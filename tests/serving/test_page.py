@@ -133,3 +133,42 @@ def test_translate_and_explore_attention_in_a_browser(server, browser):
     assert driver.save_screenshot(str(screenshot))
     if os.environ.get("SERVING_SCREENSHOT"):
         shutil.copy(screenshot, os.environ["SERVING_SCREENSHOT"])
+
+
+@pytest.mark.parametrize("task", ["classification", "language_model"])
+def test_classification_and_generation_pages(
+    task, browser, untrained_classifier_run, untrained_lm_run, tmp_path
+):
+    from tests.serving.conftest import ServerProcess
+
+    run = untrained_classifier_run if task == "classification" else untrained_lm_run
+    server = ServerProcess(run.path, log_path=tmp_path / "server.log")
+    try:
+        server.wait_ready()
+        driver = browser
+        driver.get(server.url + "/")
+        wait_for(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+        if task == "classification":
+            driver.find_element(By.ID, "text").send_keys("a good film")
+            driver.find_element(By.ID, "classify").click()
+            wait_for(driver, lambda d: d.find_element(By.ID, "explorer").is_displayed())
+            bars = driver.find_elements(By.CSS_SELECTOR, "#labels .bar")
+            assert sorted(bar.text.split()[0] for bar in bars) == ["neg", "pos"]
+            kinds = driver.find_elements(By.CSS_SELECTOR, "#kinds button")
+            assert [k.get_attribute("data-kind") for k in kinds if k.is_displayed()] == ["encoder"]
+            tokens = driver.find_elements(By.CSS_SELECTOR, "#head-view .tok-col")
+            assert tokens[0].text == "<s>" and len(visible_lines(driver)) > 0
+        else:
+            driver.find_element(By.ID, "prompt").send_keys("the cat")
+            tokens = driver.find_element(By.ID, "new-tokens")
+            tokens.clear()
+            tokens.send_keys("8")
+            driver.find_element(By.ID, "generate").click()
+            # The streamed tokens are appended to the prompt as they arrive.
+            output = driver.find_element(By.ID, "generated")
+            wait_for(driver, lambda d: output.get_attribute("data-done") == "true")
+            assert 1 <= int(output.get_attribute("data-tokens")) <= 8
+            assert output.text.startswith("the cat")
+            assert driver.find_element(By.ID, "generate-error").text == ""
+    finally:
+        server.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from tests.serving.conftest import make_client
@@ -42,6 +43,13 @@ def test_classify_gives_labels_and_probabilities(classify_client, untrained_clas
         assert list(result["probabilities"]) == ["neg", "pos"]
         assert result["probabilities"]["neg"] == pytest.approx(float(row[0]), abs=1e-5)
         assert result["label"] == ["neg", "pos"][int(row.argmax())]
+    with_attention = classify_client.post(
+        "/api/classify", json={"texts": texts[:1], "attention": True}
+    ).json()["results"][0]["attention"]
+    tokens, weights = Classifier.from_run(untrained_classifier_run.path).attention(texts[0])
+    assert with_attention["tokens"] == tokens and tokens[0] == "<s>"
+    np.testing.assert_allclose(with_attention["encoder"][0], weights["encoder_layer1"], atol=1e-5)
+    assert np.array(with_attention["encoder"]).shape == (1, 2, len(tokens), len(tokens))
     too_many = classify_client.post("/api/classify", json={"texts": ["a"] * 9})
     assert too_many.status_code == 413
 

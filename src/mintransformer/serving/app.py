@@ -100,9 +100,10 @@ def create_app(
         tags=["tasks"],
     )
     async def classify(request: schemas.ClassifyRequest):
-        """The label of each text and the probability of every label."""
+        """The label of each text and the probability of every label; optionally the
+        encoder's attention over each text."""
         require("classification")
-        return {"results": await service.classify(request.texts)}
+        return {"results": await service.classify(request.texts, request.attention)}
 
     @app.post(
         "/api/generate",

@@ -219,15 +219,26 @@ class ClassificationService(Service):
         self.classifier.probabilities(["warm up"])
         return time.perf_counter() - began
 
-    async def classify(self, texts: list[str]) -> list[dict]:
+    async def classify(self, texts: list[str], attention: bool = False) -> list[dict]:
         self.limits.check_texts(texts)
+        if attention and not hasattr(self.classifier, "model"):
+            raise RequestError(422, "`attention` needs the keras engine (serve --engine keras).")
         probabilities = await asyncio.to_thread(self._probabilities, texts)
         names = list(self.config.get("labels", []))
         results = []
-        for row in probabilities:
+        for text, row in zip(texts, probabilities, strict=True):
             scores = {name: float(p) for name, p in zip(names, row, strict=True)}
-            results.append({"label": names[int(row.argmax())], "probabilities": scores})
+            result = {"label": names[int(row.argmax())], "probabilities": scores}
+            if attention:
+                result["attention"] = await asyncio.to_thread(self.attention, text)
+            results.append(result)
         return results
+
+    def attention(self, text: str) -> dict:
+        """The tokens of `text` and its encoder attention, `[layer][head][row][column]`."""
+        tokens, weights = self.classifier.attention(text)
+        layers = [weights[f"encoder_layer{i}"].tolist() for i in range(1, len(weights) + 1)]
+        return {"tokens": tokens, "encoder": layers}
 
     def _probabilities(self, texts: list[str]) -> np.ndarray:
         with self._lock:

@@ -5,7 +5,7 @@
 const SVG_NS = "http://www.w3.org/2000/svg";
 const HEAD_COLORS = ["#2f5fd0", "#d0492f", "#2a9d4b", "#9b3fc4", "#d08a00", "#0e9aa7",
   "#c2185b", "#5d6d7e", "#7cb342", "#6d4c41", "#3949ab", "#f4511e"];
-const state = { result: null, kind: "encoder", layer: 1, heads: [], view: "head" };
+const state = { attention: null, kind: "encoder", layer: 1, heads: [], view: "head" };
 const $ = (id) => document.getElementById(id);
 
 function el(name, attributes = {}, text = null) {
@@ -51,7 +51,6 @@ async function translate(event) {
 }
 
 function showTranslation(result) {
-  state.result = result;
   $("translation").textContent = result.translation;
   const list = $("nbest-list");
   list.replaceChildren();
@@ -67,9 +66,18 @@ function showTranslation(result) {
     list.append(item);
   }
   $("result").hidden = false;
-  if (!result.attention) return;
-  const layers = result.attention.encoder.length;
-  const heads = result.attention.encoder[0].length;
+  if (result.attention) showAttention(result.attention, ["encoder", "decoder", "cross"]);
+}
+
+// Opens the explorer on `attention` (the API's maps), offering the kinds listed.
+function showAttention(attention, kinds) {
+  state.attention = attention;
+  if (!kinds.includes(state.kind)) selectKind(kinds[0]);
+  for (const button of document.querySelectorAll("#kinds button")) {
+    button.hidden = !kinds.includes(button.dataset.kind);
+  }
+  const layers = attention.encoder.length;
+  const heads = attention.encoder[0].length;
   $("layer").replaceChildren(...Array.from({ length: layers }, (_, i) => {
     const option = document.createElement("option");
     option.value = option.textContent = String(i + 1);
@@ -81,6 +89,13 @@ function showTranslation(result) {
   renderHeadToggles();
   $("explorer").hidden = false;
   render();
+}
+
+function selectKind(kind) {
+  state.kind = kind;
+  for (const button of document.querySelectorAll("#kinds button")) {
+    button.classList.toggle("active", button.dataset.kind === kind);
+  }
 }
 
 function renderHeadToggles() {
@@ -99,7 +114,7 @@ function renderHeadToggles() {
 
 // (weights [head][row][col], row tokens, column tokens) of the chosen kind and layer.
 function currentMaps(layer = state.layer) {
-  const attention = state.result.attention;
+  const attention = state.attention;
   const weights = attention[state.kind][layer - 1];
   const rows = state.kind === "encoder" ? attention.source_tokens : attention.output_tokens;
   const cols = { encoder: attention.source_tokens, decoder: attention.input_tokens,
@@ -168,7 +183,7 @@ function focus(side, index) {
 
 // One small map per layer and head; a click opens it as a heatmap.
 function modelView() {
-  const layers = state.result.attention[state.kind].length;
+  const layers = state.attention[state.kind].length;
   const heads = state.heads.length;
   const size = 96, gap = 14, left = 60, top = 24;
   const width = left + heads * (size + gap), height = top + layers * (size + gap);
@@ -307,7 +322,7 @@ async function classify(event) {
   event.preventDefault();
   $("classify-error").textContent = "";
   try {
-    const body = { texts: [$("text").value] };
+    const body = { texts: [$("text").value], attention: true };
     const result = (await (await api("/api/classify", body)).json()).results[0];
     $("labels").replaceChildren(...Object.entries(result.probabilities)
       .sort((a, b) => b[1] - a[1]).map(([label, p]) => {
@@ -324,6 +339,10 @@ async function classify(event) {
         row.append(name, track, value);
         return row;
       }));
+    const tokens = result.attention.tokens;
+    $("explorer-title").textContent = "Attention over the input";
+    showAttention({ source_tokens: tokens, input_tokens: tokens, output_tokens: tokens,
+      encoder: result.attention.encoder }, ["encoder"]);
   } catch (err) {
     $("classify-error").textContent = err.message;
   }
@@ -334,6 +353,8 @@ async function generate(event) {
   $("generate-error").textContent = "";
   const output = $("generated");
   output.textContent = $("prompt").value;
+  output.dataset.tokens = "0";
+  output.dataset.done = "false";
   try {
     const response = await api("/api/generate", { prompt: $("prompt").value, stream: true,
       max_new_tokens: Number($("new-tokens").value) || 1,
@@ -349,9 +370,13 @@ async function generate(event) {
       pending = lines.pop();
       for (const line of lines.filter(Boolean)) {
         const event = JSON.parse(line);
-        if ("token" in event) output.textContent += event.token;
+        if ("token" in event) {
+          output.textContent += event.token;
+          output.dataset.tokens = String(Number(output.dataset.tokens) + 1);
+        }
       }
     }
+    output.dataset.done = "true";
   } catch (err) {
     $("generate-error").textContent = err.message;
   }
@@ -372,13 +397,7 @@ async function start() {
   $("classify-form").addEventListener("submit", classify);
   $("generate-form").addEventListener("submit", generate);
   for (const button of document.querySelectorAll("#kinds button")) {
-    button.addEventListener("click", () => {
-      state.kind = button.dataset.kind;
-      for (const other of document.querySelectorAll("#kinds button")) {
-        other.classList.toggle("active", other === button);
-      }
-      render();
-    });
+    button.addEventListener("click", () => { selectKind(button.dataset.kind); render(); });
   }
   for (const button of document.querySelectorAll("#views button")) {
     button.addEventListener("click", () => setView(button.dataset.view));
