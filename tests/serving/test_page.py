@@ -135,6 +135,7 @@ def test_translate_and_explore_attention_in_a_browser(server, browser):
         shutil.copy(screenshot, os.environ["SERVING_SCREENSHOT"])
 
 
+@pytest.mark.slow  # two more server processes: about 40 s
 @pytest.mark.parametrize("task", ["classification", "language_model"])
 def test_classification_and_generation_pages(
     task, browser, untrained_classifier_run, untrained_lm_run, tmp_path
