@@ -71,6 +71,7 @@ def test_generate_streams_one_line_per_token(generate_client, untrained_lm_run):
     assert final["text"] == expected
     whole = generate_client.post("/api/generate", json={**body, "stream": False}).json()
     assert "".join(whole["tokens"]) == "".join(e["token"] for e in tokens)
+    assert whole["text"] == expected
 
 
 @pytest.mark.parametrize(

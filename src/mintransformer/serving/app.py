@@ -120,8 +120,9 @@ def create_app(
         if request.stream:
             lines = (json.dumps(event) + "\n" async for event in events)
             return StreamingResponse(lines, media_type="application/x-ndjson")
-        tokens = [event["token"] async for event in events if "token" in event]
-        return {"text": "".join(tokens), "tokens": tokens}
+        collected = [event async for event in events]
+        tokens = [event["token"] for event in collected if "token" in event]
+        return {"text": collected[-1]["text"], "tokens": tokens}
 
     @app.get("/", include_in_schema=False)
     async def page():

@@ -91,8 +91,8 @@ class GenerateRequest(_Request):
 
 
 class GenerateResponse(BaseModel):
-    text: str
-    tokens: list[str]
+    text: str = Field(description="The prompt and its continuation (</s> as a line break).")
+    tokens: list[str] = Field(description="The text each generated token added.")
 
 
 class Health(BaseModel):
