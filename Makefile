@@ -11,6 +11,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(BIN)/python -m pip install -q -e ".[all,test]"
+	.ci/install-browser
 	touch $@
 
 demo: install

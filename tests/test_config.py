@@ -15,6 +15,7 @@ from mintransformer.config import (
     TranslationConfig,
     config_from_json,
     flag_fields,
+    flag_overrides,
     make_config,
 )
 
@@ -65,7 +66,7 @@ def test_every_flag_is_named_after_its_setting():
             "--no-tie-embeddings",
         ]
     )
-    overrides = cli.config_overrides(args, TranslationConfig)
+    overrides = flag_overrides(args, TranslationConfig)
     assert overrides == dict(
         num_layers=2, peak_learning_rate=0.5, norm_first=True, tie_embeddings=False
     )
@@ -92,7 +93,7 @@ def test_recipe_and_budget_flags_reach_the_config():
             "--embedding-init normal --minutes 60 --no-bf16"
         )
     )
-    overrides = cli.config_overrides(args, TranslationConfig)
+    overrides = flag_overrides(args, TranslationConfig)
     assert overrides == dict(
         attention_dropout_rate=0.0, share_embeddings=True, embedding_init="normal", minutes=60.0
     )

@@ -16,33 +16,15 @@ from pathlib import Path
 
 from mintransformer.backend.selection import BACKENDS
 
-# Short flags kept beside the full setting names.
-FLAG_ALIASES = {
-    "num_layers": ("--layers",),
-    "num_heads": ("--heads",),
-    "dropout_rate": ("--dropout",),
-    "warmup_steps": ("--warmup",),
-    "peak_learning_rate": ("--lr",),
-}
-FLAG_TYPES = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float}
-
-
-def config_overrides(args: argparse.Namespace, config_class) -> dict:
-    """The config settings given on the command line (flags left out are None)."""
-    from mintransformer.config import flag_fields
-
-    values = {f.name: getattr(args, f.name, None) for f in flag_fields(config_class)}
-    return {name: value for name, value in values.items() if value is not None}
-
 
 def new_config(args: argparse.Namespace, task: str, **settings):
     """The preset's config with the flags' settings and `settings`; None when resuming
     (the run's own config is used)."""
-    from mintransformer.config import CONFIG_CLASSES, make_config
+    from mintransformer.config import CONFIG_CLASSES, flag_overrides, make_config
 
     if args.resume:
         return None
-    overrides = config_overrides(args, CONFIG_CLASSES[task])
+    overrides = flag_overrides(args, CONFIG_CLASSES[task])
     return make_config(task, args.preset, **{**overrides, **settings})
 
 
@@ -104,29 +86,25 @@ def train_lm_command(args) -> None:
     language_model.train(args.run, config, **training_options(args))
 
 
-def translate_command(args) -> None:
+def stream_command(args) -> None:
+    """`translate` or `classify`: the texts given, or a file or standard input a chunk at
+    a time, each result written as it comes."""
     from mintransformer.inference import streaming
-    from mintransformer.inference.translator import Translator
 
     lines, total = streaming.open_input(args.text, args.input)
-    translator = Translator.from_run(args.run, engine=args.engine)
-    progress = args.verbose > 0 and not args.text
-    translations = translator.translate_lines(
-        lines, total=total, progress=progress, beam_size=args.beam, alpha=args.alpha
-    )
-    streaming.write_lines(translations, args.output)
+    options = dict(total=total, progress=args.verbose > 0 and not args.text)
+    if args.command == "translate":
+        from mintransformer.inference.translator import Translator
 
+        translator = Translator.from_run(args.run, engine=args.engine)
+        results = translator.translate_lines(
+            lines, beam_size=args.beam, alpha=args.alpha, **options
+        )
+    else:
+        from mintransformer.inference.classifier import Classifier
 
-def classify_command(args) -> None:
-    from mintransformer.inference import streaming
-    from mintransformer.inference.classifier import Classifier
-
-    lines, total = streaming.open_input(args.text, args.input)
-    classifier = Classifier.from_run(args.run, engine=args.engine)
-    progress = args.verbose > 0 and not args.text
-    streaming.write_lines(
-        classifier.classify_lines(lines, total=total, progress=progress), args.output
-    )
+        results = Classifier.from_run(args.run, engine=args.engine).classify_lines(lines, **options)
+    streaming.write_lines(results, args.output)
 
 
 def export_command(args) -> None:
@@ -198,29 +176,13 @@ def embed_command(args) -> None:
             print(json.dumps([round(float(v), 6) for v in vector]))
 
 
-def add_config_flags(parser, task: str) -> None:
-    """`--preset` and one flag per setting of the task's config (`num_layers` -> `--num-layers`)."""
-    from mintransformer.config import CONFIG_CLASSES, PRESETS, flag_fields
-
-    default_preset = "numbers" if task == "translation" else "base"
-    parser.add_argument("--preset", choices=sorted(PRESETS[task]), default=default_preset)
-    group = parser.add_argument_group("model and training (override the preset)")
-    for field in flag_fields(CONFIG_CLASSES[task]):
-        names = (f"--{field.name.replace('_', '-')}", *FLAG_ALIASES.get(field.name, ()))
-        options = dict(dest=field.name, help=field.metadata["help"], default=None)
-        if field.type == "bool":
-            options["action"] = argparse.BooleanOptionalAction
-        else:
-            options["type"] = FLAG_TYPES[field.type]
-            options["choices"] = field.metadata.get("choices")
-        group.add_argument(*names, **options)
-
-
 def add_training_flags(parser, task: str, bf16: bool = True) -> None:
     """The run directory, the config's flags, precision and data-parallel flags."""
     parser.add_argument("--run", type=Path, required=True, help="run directory")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run")
+    from mintransformer.config import add_config_flags
+
     add_config_flags(parser, task)
     if bf16:
         parser.add_argument(
@@ -263,6 +225,15 @@ def add_input_flags(parser, what: str, run: bool = True) -> None:
     parser.add_argument("text", nargs="*", help=f"{what} (default: --input or stdin)")
     parser.add_argument("--input", type=Path, help=f"file with one of the {what} per line")
     parser.add_argument("--output", type=Path, help="write the results here (default: stdout)")
+
+
+def serve_command(args) -> None:
+    try:
+        from mintransformer.serving.app import serve
+    except ModuleNotFoundError as err:
+        hint = f"serving needs {err.name}: pip install mintransformer[serve]"
+        raise ModuleNotFoundError(hint) from None
+    serve(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -329,11 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_training_flags(lm, "language_model", bf16=False)
     lm.add_argument("--text", type=Path, help="UTF-8 text file to train on (one line each)")
 
-    translate = add(commands, "translate", "translate text with a trained run", translate_command)
+    translate = add(commands, "translate", "translate text with a trained run", stream_command)
     add_input_flags(translate, "sentences")
     add_decoding_flags(translate)
 
-    classify = add(commands, "classify", "label text with a trained classifier", classify_command)
+    classify = add(commands, "classify", "label text with a trained classifier", stream_command)
     add_input_flags(classify, "texts")
 
     export = add(commands, "export", "export a run to ONNX (needs TensorFlow)", export_command)
@@ -385,6 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=0.95, help="nucleus mass; 1 = no filtering")
     gen.add_argument("--seed", type=int, default=0)
     add_engine_flag(gen)
+
+    from mintransformer.serving.options import add_serve_flags
+
+    serve = add(commands, "serve", "serve a run: JSON API and attention web page", serve_command)
+    add_serve_flags(serve)
     return parser
 
 

@@ -14,6 +14,7 @@ only what they change.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -280,6 +281,40 @@ def make_config(task: str, preset: str = "base", **settings: Any) -> RunConfig:
 def flag_fields(config_class: type[RunConfig]) -> list[dataclasses.Field]:
     """The fields of `config_class` that are command-line flags (those with help)."""
     return [f for f in dataclasses.fields(config_class) if f.metadata.get("help")]
+
+
+# Short flags kept beside the full setting names.
+FLAG_ALIASES = {
+    "num_layers": ("--layers",),
+    "num_heads": ("--heads",),
+    "dropout_rate": ("--dropout",),
+    "warmup_steps": ("--warmup",),
+    "peak_learning_rate": ("--lr",),
+}
+FLAG_TYPES = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float}
+
+
+def add_config_flags(parser: argparse.ArgumentParser, task: str) -> None:
+    """`--preset` and one flag per setting of the task's config (`num_layers` -> `--num-layers`),
+    each None unless given."""
+    default_preset = "numbers" if task == "translation" else "base"
+    parser.add_argument("--preset", choices=sorted(PRESETS[task]), default=default_preset)
+    group = parser.add_argument_group("model and training (override the preset)")
+    for setting in flag_fields(CONFIG_CLASSES[task]):
+        names = (f"--{setting.name.replace('_', '-')}", *FLAG_ALIASES.get(setting.name, ()))
+        options = dict(dest=setting.name, help=setting.metadata["help"], default=None)
+        if setting.type == "bool":
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            options["type"] = FLAG_TYPES[setting.type]
+            options["choices"] = setting.metadata.get("choices")
+        group.add_argument(*names, **options)
+
+
+def flag_overrides(args: argparse.Namespace, config_class: type[RunConfig]) -> dict:
+    """The settings of `config_class` given as flags (`add_config_flags`; left out: None)."""
+    values = {f.name: getattr(args, f.name, None) for f in flag_fields(config_class)}
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def config_from_json(text: str, source: str = "config") -> RunConfig:

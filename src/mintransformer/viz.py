@@ -72,6 +72,10 @@ def attention_maps(translator, text: str, translation: str | None = None) -> Att
         text: the source sentence.
         translation: the target sentence to force; by default the model's greedy output.
     """
+    if translator.model is None:
+        from mintransformer.inference.engines import ONNX_HAS_NO_ATTENTION
+
+        raise ValueError(ONNX_HAS_NO_ATTENTION)
     tokenizer = translator.tokenizer
     if translation is None:
         translation = translator.translate([text])[0]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mintransformer import cli
-from mintransformer.config import ClassificationConfig
+from mintransformer.config import ClassificationConfig, flag_overrides
 from mintransformer.data.labelled import split_validation
 from mintransformer.inference.classifier import Classifier
 from mintransformer.runs.directory import RunDirectory
@@ -160,7 +160,7 @@ def test_an_unknown_schedule_is_refused():
 def test_bigram_and_schedule_flags_reach_the_config_and_the_model():
     argv = ["train", "classification", "--run", "r", "--ngram-buckets", "64"]
     args = cli.build_parser().parse_args([*argv, "--ngram-dropout", "0.3", "--schedule", "linear"])
-    overrides = cli.config_overrides(args, ClassificationConfig)
+    overrides = flag_overrides(args, ClassificationConfig)
     assert overrides == {"ngram_buckets": 64, "ngram_dropout": 0.3, "schedule": "linear"}
     config = ClassificationConfig(labels=["neg", "pos"], **{**TINY, **overrides})
     embedding = build_model(config, vocab_size=200).encoder.embedding

@@ -106,10 +106,46 @@ def beam_search(
     return search(steps, source_ids, options)
 
 
+def beam_search_n_best(
+    steps: Steps,
+    source_ids,
+    *,
+    start_id: int,
+    end_id: int,
+    max_length: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    n_best: int | None = None,
+) -> list[list[tuple[list[int], float]]]:
+    """`beam_search`, keeping per source its `n_best` (default `beam_size`) best hypotheses.
+
+    Returns:
+        per source, up to `n_best` `(token ids, normalised score)` pairs, best first;
+        the first is `beam_search`'s result.
+    """
+    options = BeamOptions(start_id, end_id, max_length, beam_size, alpha)
+    if getattr(steps, "compiled_loops", False):
+        ranked = _ranked(_run_compiled(steps, source_ids, options), options)
+    else:
+        ranked = _python_ranked(steps, source_ids, options)
+    count = beam_size if n_best is None else n_best
+    return [[(tokens, score) for score, tokens in hypotheses[:count]] for hypotheses in ranked]
+
+
+def _first(ranked) -> tuple[list[list[int]], list[float]]:
+    """`(sequences, scores)` of the best hypothesis of each source's ranked list."""
+    return [hypotheses[0][1] for hypotheses in ranked], [hypotheses[0][0] for hypotheses in ranked]
+
+
 def python_beam(
     steps: Steps, source_ids, options: BeamOptions
 ) -> tuple[list[list[int]], list[float]]:
     """`beam_search`'s Python loop, one `steps.step` per token (any steps object)."""
+    return _first(_python_ranked(steps, source_ids, options))
+
+
+def _python_ranked(steps: Steps, source_ids, options: BeamOptions) -> list[list[tuple]]:
+    """`python_beam`'s search; per source its `(score, tokens)` candidates, best first."""
     end_id, alpha, k = options.end_id, options.alpha, options.beam_size
     batch = len(source_ids)
     state = steps.start(source_ids, repeat=k)
@@ -163,8 +199,10 @@ def python_beam(
                 for s in range(k)
                 if np.isfinite(scores[b, s])
             ]
-        results.append(max(candidates, key=lambda item: item[0]))
-    return [tokens for _, tokens in results], [float(score) for score, _ in results]
+        # Stable: of equal scores the first candidate wins, as `max` would pick it.
+        ranked = sorted(candidates, key=lambda item: -item[0])
+        results.append([(float(score), tokens) for score, tokens in ranked])
+    return results
 
 
 def search_is_over(best_finished: np.ndarray, live_scores: np.ndarray, steps_run, alpha):
@@ -194,6 +232,11 @@ def compiled_beam(steps, source_ids, options: BeamOptions) -> tuple[list[list[in
     Returns as `beam_search`; `steps` has `compiled_loops` (`CachedSteps`) and
     `options.max_length` is at most `steps.max_length` (the cache).
     """
+    return _first(_ranked(_run_compiled(steps, source_ids, options), options))
+
+
+def _run_compiled(steps, source_ids, options: BeamOptions) -> tuple:
+    """`_beam_loop`'s outputs as NumPy arrays (`compiled_beam`'s one compiled call)."""
     from keras import ops
 
     steps.check_length(options.max_length)
@@ -205,7 +248,7 @@ def compiled_beam(steps, source_ids, options: BeamOptions) -> tuple[list[list[in
         *(ops.convert_to_tensor(value, "int32") for value in token_settings),
         ops.convert_to_tensor(options.alpha, "float32"),
     )
-    return _best(tuple(ops.convert_to_numpy(value) for value in outputs), options)
+    return tuple(ops.convert_to_numpy(value) for value in outputs)
 
 
 def _beam_loop(steps, beam_size, source_ids, start_id, end_id, max_length, alpha):
@@ -315,13 +358,14 @@ def _pick(one_hot, values):
     return ops.sum(ops.where(one_hot, values[:, None, :], 0), axis=-1)
 
 
-def _best(outputs, options: BeamOptions) -> tuple[list[list[int]], list[float]]:
-    """`beam_search`'s result from `_beam_loop`'s arrays (the choice `python_beam` makes)."""
+def _ranked(outputs, options: BeamOptions) -> list[list[tuple[float, list[int]]]]:
+    """Per source, the `(score, tokens)` candidates of `_beam_loop`'s arrays, best first
+    (the first is the choice `python_beam` makes)."""
     steps_run, live_scores, live, finished, finished_scores, finished_lengths = outputs
     steps_run = int(steps_run)
     over = search_is_over(finished_scores[:, 0], live_scores, steps_run, options.alpha)
     penalty = length_penalty(steps_run, options.alpha)
-    sequences, scores = [], []
+    ranked = []
     for b in range(len(live_scores)):
         candidates = [
             (float(finished_scores[b, s]), finished[b, s, : finished_lengths[b, s]].tolist())
@@ -334,7 +378,5 @@ def _best(outputs, options: BeamOptions) -> tuple[list[list[int]], list[float]]:
                 for s, score in enumerate(live_scores[b])
                 if np.isfinite(score)
             ]
-        score, tokens = max(candidates, key=lambda item: item[0])
-        sequences.append(tokens)
-        scores.append(score)
-    return sequences, scores
+        ranked.append(sorted(candidates, key=lambda item: -item[0]))
+    return ranked

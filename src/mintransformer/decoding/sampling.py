@@ -126,6 +126,7 @@ def generate_with_steps(
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int = 0,
+    on_token: Callable[[int, int], None] | None = None,
 ) -> list[list[int]]:
     """Continues each prompt by up to `max_new_tokens` tokens.
 
@@ -140,6 +141,8 @@ def generate_with_steps(
         top_k: sample only among the k most probable tokens.
         top_p: sample only from the nucleus of probability mass `top_p`.
         seed: seed of the `np.random.default_rng` the samples are drawn from.
+        on_token: called as `on_token(row, token_id)` for each token as it is generated
+            (to stream the output).
 
     Returns:
         per row, the generated token ids (without the prompt).
@@ -176,6 +179,8 @@ def generate_with_steps(
         tokens[generating, index + 1] = chosen[generating]
         for row in np.flatnonzero(generating & ~done):
             outputs[row].append(int(chosen[row]))
+            if on_token is not None:
+                on_token(int(row), int(chosen[row]))
             done[row] = chosen[row] == end_id or len(outputs[row]) == max_new_tokens
         if done.all():
             break

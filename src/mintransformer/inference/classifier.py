@@ -17,7 +17,11 @@ from tqdm.auto import tqdm
 from mintransformer.config import ClassificationConfig
 from mintransformer.data.labelled import LabelSet, clean_text, encode_texts, read_labelled
 from mintransformer.data.lengths import batch_by_length, pad_batch
-from mintransformer.inference.engines import classification_engine, keras_probabilities
+from mintransformer.inference.engines import (
+    ONNX_HAS_NO_ATTENTION,
+    classification_engine,
+    keras_probabilities,
+)
 from mintransformer.inference.streaming import map_lines
 
 
@@ -67,6 +71,12 @@ class Classifier:
         """The classifier of the run directory `path`; `engine` as `Translator.from_run`."""
         return cls(*classification_engine(path, engine))
 
+    @property
+    def model(self):
+        """The Keras `TextClassifier` behind the engine (attention reads it); None on the
+        onnx engine."""
+        return getattr(self.engine, "model", None)
+
     def probabilities(
         self, texts: Sequence[str], max_tokens: int = 32768, progress: bool = False
     ) -> np.ndarray:
@@ -83,6 +93,24 @@ class Classifier:
             ids = pad_batch([token_ids[i] for i in batch], pad_id=self.tokenizer.pad_id)
             result[batch] = self.engine(ids)
         return result
+
+    def attention(self, text: str) -> tuple[list[str], dict[str, np.ndarray]]:
+        """The subword tokens the model reads for `text` (`<s>` first, truncated as in
+        `probabilities`) and its encoder's attention, {"encoder_layer1": (heads, n, n), ...}.
+        Keras engine only (it runs `self.model`)."""
+        from keras import ops
+
+        if self.model is None:
+            raise ValueError(ONNX_HAS_NO_ATTENTION)
+
+        ids = encode_texts(
+            self.tokenizer, [clean_text(text)], self.config.max_length, self.config.truncation
+        )[0]
+        _, weights = self.model(
+            np.array([ids], "int32"), training=False, return_attention_weights=True
+        )
+        tokens = [self.tokenizer.id_to_token(i) for i in ids]
+        return tokens, {k: np.asarray(ops.convert_to_numpy(v))[0] for k, v in weights.items()}
 
     def classify(self, texts: Sequence[str], progress: bool = False) -> list[Prediction]:
         """The most probable label of each text and its probability."""

@@ -23,6 +23,10 @@ from mintransformer.config import ClassificationConfig, LanguageModelConfig, Tra
 from mintransformer.core import checks
 
 ENGINES = ("keras", "onnx")
+ONNX_HAS_NO_ATTENTION = (
+    "the onnx engine runs the exported graphs, which return no attention weights: use "
+    "the keras engine for attention"
+)
 
 
 def translation_engine(path: str | Path, engine: str = "keras", max_output_length=None):
@@ -71,19 +75,32 @@ def keras_translation_steps(model, max_output_length: int | None = None):
     return CachedSteps(model, max_output_length or model.decoder.max_length)
 
 
-def keras_probabilities(model) -> Callable[[np.ndarray], np.ndarray]:
-    """A compiled `token_ids -> class probabilities` (NumPy) of a built `TextClassifier`."""
-    from keras import ops
+class KerasProbabilities:
+    """The Keras engine of a `Classifier`: int token ids `(batch, length)` -> class
+    probabilities (NumPy), compiled; `model` is the `TextClassifier` (attention reads it)."""
 
-    from mintransformer.backend.compilation import compile_inference
+    def __init__(self, model):
+        from keras import ops
 
-    def probabilities(token_ids):
-        return ops.softmax(model(token_ids, training=False), axis=-1)
+        from mintransformer.backend.compilation import compile_inference
 
-    compiled = compile_inference(
-        probabilities, model.trainable_variables + model.non_trainable_variables
-    )
-    return lambda token_ids: np.asarray(ops.convert_to_numpy(compiled(token_ids)))
+        self.model = model
+
+        def probabilities(token_ids):
+            return ops.softmax(model(token_ids, training=False), axis=-1)
+
+        variables = model.trainable_variables + model.non_trainable_variables
+        self._compiled = compile_inference(probabilities, variables)
+
+    def __call__(self, token_ids) -> np.ndarray:
+        from keras import ops
+
+        return np.asarray(ops.convert_to_numpy(self._compiled(token_ids)))
+
+
+def keras_probabilities(model) -> KerasProbabilities:
+    """The Keras classification engine of a built `TextClassifier`."""
+    return KerasProbabilities(model)
 
 
 def keras_generation(model) -> Callable:

@@ -20,7 +20,7 @@ from mintransformer.config import TranslationConfig
 from mintransformer.core.files import atomic_write
 from mintransformer.data.lengths import pad_batch
 from mintransformer.data.text import normalize_text, read_lines
-from mintransformer.decoding.beam import beam_search
+from mintransformer.decoding.beam import beam_search, beam_search_n_best
 from mintransformer.decoding.greedy import greedy_search
 from mintransformer.inference.engines import keras_translation_steps, translation_engine
 from mintransformer.inference.streaming import CHUNK_LINES, map_lines
@@ -106,14 +106,9 @@ class Translator:
 
     @property
     def model(self):
-        """The Keras `Transformer` behind the engine (attention maps read it)."""
-        model = getattr(self.steps, "model", None)
-        if model is None:
-            raise ValueError(
-                "this translator runs an ONNX export: attention needs the Keras engine "
-                "(engine='keras')"
-            )
-        return model
+        """The Keras `Transformer` behind the engine (attention maps read it); None on the
+        onnx engine."""
+        return getattr(self.steps, "model", None)
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
         encoded = self.tokenizer.encode_batch([normalize_text(t) for t in texts])
@@ -156,6 +151,36 @@ class Translator:
             for i, out in zip(batch, tokens, strict=True):
                 outputs[todo[i]] = self.tokenizer.decode(out)
         return outputs
+
+    def translate_ids(
+        self, source_ids, beam_size: int = 1, alpha: float = 0.6, n_best: int = 1
+    ) -> list[list[tuple[str, float | None]]]:
+        """Decodes one batch of `encode_sources` ids, padded by the caller, as it is.
+
+        Unlike `translate`, nothing is sorted or re-padded, so the caller chooses the
+        shapes that are compiled (the server pads to a few fixed widths and row counts).
+
+        Args:
+            source_ids: int `(batch, width)`, rows padded with the tokenizer's pad id.
+            beam_size, alpha: as `translate`.
+            n_best: translations kept per row (1 for greedy; at most `beam_size`).
+
+        Returns:
+            per row, `n_best` `(translation, score)` pairs, best first; the score is the
+            length-normalised log-probability (None for greedy decoding).
+        """
+        options = dict(
+            start_id=self.tokenizer.start_id,
+            end_id=self.tokenizer.end_id,
+            max_length=self.max_output_length,
+        )
+        if beam_size == 1 and n_best == 1:
+            tokens = greedy_search(self.steps, source_ids, **options)
+            return [[(self.tokenizer.decode(row), None)] for row in tokens]
+        ranked = beam_search_n_best(
+            self.steps, source_ids, beam_size=beam_size, alpha=alpha, n_best=n_best, **options
+        )
+        return [[(self.tokenizer.decode(ids), score) for ids, score in row] for row in ranked]
 
     def translate_lines(
         self,

@@ -1,0 +1,136 @@
+"""Benchmark: `mintransformer serve` under 1, 8 and 32 concurrent clients.
+
+    python -m benchmarks.serving --run runs/numbers [--onnx runs/numbers/onnx]
+
+For each server setting (keras or onnx engine; batching on: up to 32 sentences per
+decode, 5 ms wait; off: one request per decode) a server process is started on a free
+loopback port and sent `--requests` one-sentence greedy translate requests, spread over
+`--clients` concurrent clients (each sends its next request when the last is answered).
+Reported per run: sentences/s and the p50/p95/p99 latency of a request, and, as the
+ceiling, offline `Translator.translate(batch_size=32)` of the same sentences in this
+process. The sentences are the run's own test split (the first `--requests`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(path: Path, engine: str, batching: bool) -> tuple[subprocess.Popen, str, float]:
+    """A server process, its URL, and the seconds it took to answer its health check."""
+    import httpx
+
+    port = free_port()
+    flags = ["--max-batch-size", "32", "--max-wait-ms", "5"] if batching else [
+        "--max-batch-size", "1", "--max-wait-ms", "0"]  # fmt: skip
+    command = [sys.executable, "-m", "mintransformer", "serve", "--run", str(path)]
+    command += ["--engine", engine, "--port", str(port), "--warm-beams", "1", *flags]
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    began = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(process.stderr.read().decode())
+        try:
+            if httpx.get(url + "/api/health", timeout=2).status_code == 200:
+                return process, url, time.perf_counter() - began
+        except httpx.HTTPError:
+            time.sleep(0.5)
+
+
+async def load(url: str, texts: list[str], clients: int) -> dict:
+    """Sends each text as one request from `clients` concurrent clients."""
+    import httpx
+
+    latencies: list[float] = []
+    queue = list(reversed(texts))
+
+    async def client(session: httpx.AsyncClient) -> None:
+        while queue:
+            text = queue.pop()
+            began = time.perf_counter()
+            response = await session.post("/api/translate", json={"texts": [text]})
+            response.raise_for_status()
+            latencies.append(time.perf_counter() - began)
+
+    limits = httpx.Limits(max_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as session:
+        began = time.perf_counter()
+        await asyncio.gather(*(client(session) for _ in range(clients)))
+        seconds = time.perf_counter() - began
+    p50, p95, p99 = np.percentile(np.array(latencies) * 1000, [50, 95, 99])
+    return {
+        "clients": clients,
+        "sentences_per_s": round(len(texts) / seconds, 1),
+        "p50_ms": round(float(p50), 1),
+        "p95_ms": round(float(p95), 1),
+        "p99_ms": round(float(p99), 1),
+    }
+
+
+def offline(path: Path, texts: list[str]) -> float:
+    """Sentences/s of `Translator.translate(batch_size=32)` (after one warm-up pass)."""
+    from mintransformer import Translator
+
+    translator = Translator.from_run(path)
+    translator.translate(texts, batch_size=32)
+    began = time.perf_counter()
+    translator.translate(texts, batch_size=32)
+    return len(texts) / (time.perf_counter() - began)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, required=True)
+    parser.add_argument("--onnx", type=Path, help="the run's export folder (adds onnx rows)")
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--clients", default="1,8,32")
+    parser.add_argument("--output", type=Path, help="also write the results as JSON")
+    args = parser.parse_args()
+
+    import mintransformer  # noqa: F401  (sets TensorFlow's oneDNN default first)
+    from mintransformer.data.corpora import load_corpus
+    from mintransformer.serving.services import read_task_config
+
+    spec = read_task_config(args.run)["data"]
+    texts = [source for source, _ in load_corpus(spec)["test"]][: args.requests]
+    results = {"offline_batch32_sentences_per_s": round(offline(args.run, texts), 1), "runs": []}
+    print(f"offline translate(batch_size=32): {results['offline_batch32_sentences_per_s']} sent/s")
+    settings = [("keras", args.run)] + ([("onnx", args.onnx)] if args.onnx else [])
+    for engine, path in settings:
+        for batching in (True, False):
+            process, url, startup = start_server(path, engine, batching)
+            try:
+                for clients in (int(c) for c in args.clients.split(",")):
+                    row = asyncio.run(load(url, texts, clients))
+                    row.update(engine=engine, batching=batching, startup_s=round(startup, 1))
+                    results["runs"].append(row)
+                    print(json.dumps(row))
+            finally:
+                process.terminate()
+                process.wait(timeout=120)
+    if args.output:
+        args.output.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

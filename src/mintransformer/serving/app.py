@@ -1,0 +1,237 @@
+"""The web application: the JSON API, the page, and `serve`, which runs them.
+
+`create_app(service, ...)` builds the FastAPI app around a loaded service
+(`services.load_service`); `serve(args)` is `mintransformer serve`: it loads the
+run, warms it, and runs uvicorn until SIGTERM or Ctrl-C, which finish the requests
+in flight, refuse new connections, and exit 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import signal
+from importlib import resources
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from mintransformer.serving import schemas
+from mintransformer.serving.guard import RequestGuard
+from mintransformer.serving.limits import Limits, RequestError
+from mintransformer.serving.services import Service
+
+log = logging.getLogger("mintransformer.serving")
+STATIC = Path(str(resources.files("mintransformer.serving") / "static"))
+PROBLEMS = {status: {"model": schemas.Problem} for status in (400, 404, 413, 422)}
+
+
+def create_app(
+    service: Service,
+    cors_origins: tuple[str, ...] = (),
+    loopback_only: bool = True,
+    warm_beams: tuple[int, ...] = (1,),
+) -> FastAPI:
+    """The FastAPI app serving `service`: API under /api, the page at /.
+
+    Args:
+        service: the loaded model (`services.load_service`).
+        cors_origins: origins allowed to call cross-origin (none by default).
+        loopback_only: refuse Host headers that are not a loopback address.
+        warm_beams: beam sizes compiled at start-up (translation).
+    """
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        seconds = service.start(warm_beams) if service.task == "translation" else service.start()
+        log.info("warmed up in %.1f s (%s)", seconds, _warm_summary(service, warm_beams))
+        yield
+        service.stop()
+        log.info("stopped")
+
+    app = FastAPI(
+        title="mintransformer",
+        summary=f"Serving a {service.task} run ({service.path.name}).",
+        lifespan=lifespan,
+    )
+    _add_error_handlers(app)
+    limits = service.limits
+
+    def require(task: str) -> None:
+        if service.task != task:
+            raise RequestError(404, f"this server holds a {service.task} run, not a {task} run.")
+
+    @app.get("/api/health", response_model=schemas.Health, tags=["server"])
+    async def health():
+        """Whether the server is up, and its task."""
+        return {"status": "ok", "task": service.task}
+
+    @app.get("/api/info", tags=["server"])
+    async def info():
+        """The task, model sizes, the run's config, its training result (log.csv), the limits."""
+        return service.info()
+
+    @app.post(
+        "/api/translate",
+        response_model=schemas.TranslateResponse,
+        responses=PROBLEMS,
+        tags=["tasks"],
+    )
+    async def translate(request: schemas.TranslateRequest):
+        """Translates each text: greedy, or beam search with its n-best list and scores;
+        optionally every attention map of each result."""
+        require("translation")
+        results = await service.translate(
+            request.texts, request.beam_size, request.alpha, request.n_best, request.attention
+        )
+        return {"results": results}
+
+    @app.post(
+        "/api/classify",
+        response_model=schemas.ClassifyResponse,
+        responses=PROBLEMS,
+        tags=["tasks"],
+    )
+    async def classify(request: schemas.ClassifyRequest):
+        """The label of each text and the probability of every label; optionally the
+        encoder's attention over each text."""
+        require("classification")
+        return {"results": await service.classify(request.texts, request.attention)}
+
+    @app.post(
+        "/api/generate",
+        responses={200: {"model": schemas.GenerateResponse}, **PROBLEMS},
+        tags=["tasks"],
+    )
+    async def generate(request: schemas.GenerateRequest):
+        """Continues the prompt. With `stream` (default), NDJSON: one `{"token", "id"}`
+        line per token as it is produced, then `{"done": true, "text"}`."""
+        require("language_model")
+        service.check(request.prompt, request.max_new_tokens)
+        options = request.model_dump(exclude={"prompt", "stream"})
+        events = service.generate(request.prompt, **options)
+        if request.stream:
+            lines = (json.dumps(event) + "\n" async for event in events)
+            return StreamingResponse(lines, media_type="application/x-ndjson")
+        collected = [event async for event in events]
+        tokens = [event["token"] for event in collected if "token" in event]
+        return {"text": collected[-1]["text"], "tokens": tokens}
+
+    @app.get("/", include_in_schema=False)
+    async def page():
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    if cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["content-type"],
+        )
+    app.add_middleware(
+        RequestGuard,
+        max_body_bytes=limits.max_body_bytes,
+        cors_origins=cors_origins,
+        loopback_only=loopback_only,
+    )
+    return app
+
+
+def _warm_summary(service: Service, warm_beams: tuple[int, ...]) -> str:
+    if service.task != "translation":
+        return service.task
+    shapes = len(service.buckets.shapes())
+    return (
+        f"{shapes} shapes x beam sizes {list(warm_beams)}: widths {service.buckets.widths}, "
+        f"rows {service.buckets.rows}"
+    )
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as `{"error": ...}` JSON: 4xx naming the problem, never a bare 500."""
+
+    @app.exception_handler(RequestError)
+    async def refused(request: Request, err: RequestError):
+        return JSONResponse({"error": err.message}, status_code=err.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError):
+        errors = err.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return JSONResponse(
+                {"error": "the request body is not valid JSON.", "detail": _plain(errors)},
+                status_code=400,
+            )
+        message = "; ".join(
+            f"{'.'.join(str(part) for part in e['loc'] if part != 'body') or 'body'}: {e['msg']}"
+            for e in errors
+        )
+        return JSONResponse({"error": message, "detail": _plain(errors)}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException):
+        return JSONResponse({"error": str(err.detail)}, status_code=err.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, err: Exception):
+        log.exception("unexpected error on %s", request.url.path)
+        return JSONResponse({"error": f"internal error: {type(err).__name__}"}, status_code=500)
+
+
+def _plain(errors: list[dict]) -> list[dict]:
+    """Validation errors without their inputs (which may be huge) or context objects."""
+    return [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in errors]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or "localhost") reaches this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(args) -> None:
+    """`mintransformer serve`: loads `args.run`, warms it up, serves until SIGTERM."""
+    import uvicorn
+
+    from mintransformer.serving.options import limits_from
+    from mintransformer.serving.services import load_service
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    limits: Limits = limits_from(args)
+    warm_beams = tuple(int(b) for b in str(args.warm_beams).split(",") if b.strip())
+    service = load_service(args.run, args.engine, limits, args.max_batch_size, args.max_wait_ms)
+    loopback = is_loopback(args.host)
+    app = create_app(service, tuple(args.cors), loopback, warm_beams)
+    if loopback:
+        log.info(
+            "listening on %s only: this machine can connect, others cannot "
+            "(--host 0.0.0.0 listens on every interface)",
+            args.host,
+        )
+    else:
+        log.warning("listening on %s: other machines can connect (no authentication)", args.host)
+    log.info("cross-origin requests: %s", ", ".join(args.cors) or "refused (--cors ORIGIN)")
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        timeout_graceful_shutdown=args.shutdown_timeout,
+    )
+    # uvicorn re-raises the signal that stopped it once it has shut down gracefully;
+    # with these handlers that ends `serve` normally, so the process exits 0.
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, lambda number, frame: None)
+    uvicorn.Server(config).run()

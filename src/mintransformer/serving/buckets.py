@@ -1,0 +1,72 @@
+"""Input shapes from a fixed, small set, so that a bounded number of them is compiled.
+
+The decoding loops are compiled once per input shape. A server that padded each
+batch to its own longest sentence and row count would compile a new program for
+almost every request; instead each batch is padded up to the next bucket width
+(8, 16, 32, ... up to the model's source positions) and the next bucket row count
+(1, 2, 4, ... up to the largest batch). Pad rows repeat the first row (a row of
+padding only would attend to nothing) and their results are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def doubling_sizes(largest: int, smallest: int = 1) -> list[int]:
+    """`smallest`, twice that, ... below `largest`, then `largest` itself."""
+    sizes, size = [], smallest
+    while size < largest:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, largest]
+
+
+def bucket(value: int, sizes: Sequence[int]) -> int:
+    """The smallest of `sizes` (ascending) that holds `value`."""
+    for size in sizes:
+        if value <= size:
+            return size
+    raise ValueError(f"{value} exceeds the largest bucket {sizes[-1]}")
+
+
+class Buckets:
+    """The widths and row counts batches are padded to.
+
+    Args:
+        positions: the model's source positions (the widest source, </s> included).
+        max_batch_size: the most rows one batch holds.
+        smallest_width: the narrowest bucket.
+    """
+
+    def __init__(self, positions: int, max_batch_size: int, smallest_width: int = 8):
+        self.widths = doubling_sizes(positions, min(smallest_width, positions))
+        self.rows = doubling_sizes(max_batch_size)
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """Every `(rows, width)` a batch can have: what warming up compiles."""
+        return [(rows, width) for width in self.widths for rows in self.rows]
+
+    def pad(self, sources: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
+        """`sources` (at most the largest row count) as int32 `(rows, width)` buckets."""
+        rows = bucket(len(sources), self.rows)
+        width = bucket(max(len(s) for s in sources), self.widths)
+        batch = np.full((rows, width), pad_id, "int32")
+        for row in range(rows):
+            source = sources[row] if row < len(sources) else sources[0]
+            batch[row, : len(source)] = source
+        return batch
+
+    def group(self, lengths: Sequence[int], max_batch_size: int) -> list[list[int]]:
+        """Indices grouped by width bucket, then cut into batches of at most
+        `max_batch_size` (so short sentences are not padded to a long one's width)."""
+        by_width: dict[int, list[int]] = {}
+        for index, length in enumerate(lengths):
+            by_width.setdefault(bucket(length, self.widths), []).append(index)
+        return [
+            indices[start : start + max_batch_size]
+            for _, indices in sorted(by_width.items())
+            for start in range(0, len(indices), max_batch_size)
+        ]

@@ -1,0 +1,349 @@
+"""The model behind the server: one service per task, loaded once and kept warm.
+
+`load_service(path, engine, ...)` reads the run's (or export folder's) config.json
+for its task and opens it with `Translator`, `Classifier` or `Generator`. The
+endpoints in `app` call the service; the service calls the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mintransformer.serving.batching import Batcher
+from mintransformer.serving.buckets import Buckets
+from mintransformer.serving.limits import Limits, RequestError
+
+log = logging.getLogger("mintransformer.serving")
+CONFIG_FILE = "config.json"
+LOG_FILE = "log.csv"
+
+
+def read_task_config(path: Path) -> dict:
+    """The settings in `path`/config.json (a run directory or an export folder)."""
+    config_path = Path(path) / CONFIG_FILE
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{path} has no {CONFIG_FILE}: is it a run or export folder?")
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config.setdefault("task", "translation")  # runs written before LMs had none
+    return config
+
+
+def training_result(path: Path) -> dict | None:
+    """The last row of the run's log.csv (its final epoch's metrics), if there is one."""
+    log_path = Path(path) / LOG_FILE
+    if not log_path.is_file():
+        return None
+    with log_path.open(newline="", encoding="utf-8") as file:
+        rows = list(csv.DictReader(file))
+    if not rows:
+        return None
+    result = {}
+    for name, value in rows[-1].items():
+        try:
+            result[name] = float(value)
+        except (TypeError, ValueError):
+            result[name] = value
+    return {"epochs": len(rows), "last_epoch": result}
+
+
+class Service:
+    """What every task's service has: its task, engine, settings and `info`."""
+
+    task = ""
+
+    def __init__(self, path: Path, engine: str, config: dict, limits: Limits):
+        self.path, self.engine, self.config, self.limits = Path(path), engine, config, limits
+
+    def start(self) -> float:
+        """Starts background work and compiles what requests will run; returns seconds."""
+        return 0.0
+
+    def stop(self) -> None:
+        """Finishes queued work."""
+
+    def info(self) -> dict:
+        return {
+            "task": self.task,
+            "engine": self.engine,
+            "run": self.path.name,
+            "sizes": self.sizes(),
+            "config": self.config,
+            "training": training_result(self.path),
+            "limits": dataclasses.asdict(self.limits),
+        }
+
+    def sizes(self) -> dict:
+        names = ("num_layers", "d_model", "num_heads", "dff", "vocab_size", "max_length")
+        return {name: self.config[name] for name in names if name in self.config}
+
+
+class TranslationService(Service):
+    """Translations, batched across requests by a `Batcher`, in bucketed shapes."""
+
+    task = "translation"
+
+    def __init__(self, translator, *args, max_batch_size: int = 32, max_wait_ms: float = 5.0):
+        super().__init__(*args)
+        self.translator = translator
+        self.max_batch_size = max_batch_size
+        self.buckets = Buckets(translator.max_source_length + 1, max_batch_size)
+        self.batcher = Batcher(self._decode, max_batch_size, max_wait_ms)
+        self.shapes_run: set[tuple] = set()
+
+    def sizes(self) -> dict:
+        sizes = super().sizes()
+        sizes["vocab_size"] = self.translator.tokenizer.vocab_size
+        sizes["max_source_tokens"] = self.translator.max_source_length
+        sizes["max_output_tokens"] = self.translator.max_output_length
+        return sizes
+
+    def info(self) -> dict:
+        info = super().info()
+        info["batching"] = {
+            "max_batch_size": self.max_batch_size,
+            "max_wait_ms": self.batcher.max_wait * 1000,
+            "widths": self.buckets.widths,
+            "rows": self.buckets.rows,
+            "decode_calls": self.batcher.stats.calls,
+            "sentences": self.batcher.stats.items,
+            "largest_batch": self.batcher.stats.largest,
+            "shapes_run": len(self.shapes_run),
+        }
+        return info
+
+    def start(self, warm_beams: tuple[int, ...] = (1,)) -> float:
+        """Compiles every bucket shape for greedy decoding (and each beam size of
+        `warm_beams` above 1), then starts the batcher; returns the seconds it took."""
+        began = time.perf_counter()
+        for beam_size in warm_beams:
+            for rows, width in self.buckets.shapes():
+                ids = np.full((rows, width), self.translator.tokenizer.pad_id, "int32")
+                ids[:, 0] = self.translator.tokenizer.end_id
+                self._run(ids, (beam_size, 0.6, 1))
+        self.batcher.start()
+        return time.perf_counter() - began
+
+    def stop(self) -> None:
+        self.batcher.stop()
+
+    def _run(self, ids: np.ndarray, key: tuple) -> list:
+        beam_size, alpha, n_best = key
+        self.shapes_run.add((beam_size, *ids.shape))
+        return self.translator.translate_ids(ids, beam_size, alpha, n_best)
+
+    def _decode(self, key: tuple, sources: list[list[int]]) -> list:
+        """The batcher's call: `sources` grouped by width bucket, in bucketed shapes."""
+        results: list = [None] * len(sources)
+        pad_id = self.translator.tokenizer.pad_id
+        for batch in self.buckets.group([len(s) for s in sources], self.max_batch_size):
+            outputs = self._run(self.buckets.pad([sources[i] for i in batch], pad_id), key)
+            for index, output in zip(batch, outputs, strict=False):
+                results[index] = output
+        return results
+
+    async def translate(
+        self, texts: list[str], beam_size: int, alpha: float, n_best: int, attention: bool
+    ) -> list[dict]:
+        self.limits.check_texts(texts)
+        self.limits.check_beam(beam_size, n_best)
+        if attention and self.translator.model is None:
+            raise RequestError(422, "`attention` needs the keras engine (serve --engine keras).")
+        results: list[dict | None] = [None] * len(texts)
+        todo = [i for i, text in enumerate(texts) if text.strip()]
+        for i in set(range(len(texts))) - set(todo):  # empty in, empty out
+            results[i] = {"translation": "", "n_best": [{"translation": "", "score": None}]}
+        if todo:
+            sources = await asyncio.to_thread(
+                self.translator.encode_sources, [texts[i] for i in todo]
+            )
+            try:
+                future = self.batcher.submit(sources, (beam_size, float(alpha), n_best))
+            except RuntimeError as err:  # stopping: the request was not taken
+                raise RequestError(503, str(err)) from None
+            decoded = await asyncio.wrap_future(future)
+            for i, hypotheses in zip(todo, decoded, strict=True):
+                results[i] = {
+                    "translation": hypotheses[0][0],
+                    "n_best": [{"translation": t, "score": s} for t, s in _distinct(hypotheses)],
+                }
+        if attention:
+            for i, result in enumerate(results):
+                result["attention"] = await asyncio.to_thread(
+                    self.attention, texts[i], result["translation"]
+                )
+        return results
+
+    def attention(self, text: str, translation: str) -> dict:
+        """Every attention map of `text` and its `translation`, as `viz.attention_maps`."""
+        from mintransformer import viz
+
+        maps = viz.attention_maps(self.translator, text, translation)
+        layers = sum(name.startswith("encoder_layer") for name in maps.weights)
+
+        def kind(name: str) -> list:
+            return [maps.get(name, layer)[0].tolist() for layer in range(1, layers + 1)]
+
+        return {
+            "source_tokens": maps.source_tokens,
+            "input_tokens": maps.input_tokens,
+            "output_tokens": maps.output_tokens,
+            "encoder": kind("encoder"),
+            "decoder": kind("decoder"),
+            "cross": kind("cross"),
+        }
+
+
+class ClassificationService(Service):
+    """Label probabilities of each text."""
+
+    task = "classification"
+
+    def __init__(self, classifier, *args):
+        super().__init__(*args)
+        self.classifier = classifier
+        self._lock = threading.Lock()
+
+    def start(self) -> float:
+        began = time.perf_counter()
+        self.classifier.probabilities(["warm up"])
+        return time.perf_counter() - began
+
+    async def classify(self, texts: list[str], attention: bool = False) -> list[dict]:
+        self.limits.check_texts(texts)
+        if attention and self.classifier.model is None:
+            raise RequestError(422, "`attention` needs the keras engine (serve --engine keras).")
+        probabilities = await asyncio.to_thread(self._probabilities, texts)
+        names = list(self.config.get("labels", []))
+        results = []
+        for text, row in zip(texts, probabilities, strict=True):
+            scores = {name: float(p) for name, p in zip(names, row, strict=True)}
+            result = {"label": names[int(row.argmax())], "probabilities": scores}
+            if attention:
+                result["attention"] = await asyncio.to_thread(self.attention, text)
+            results.append(result)
+        return results
+
+    def attention(self, text: str) -> dict:
+        """The tokens of `text` and its encoder attention, `[layer][head][row][column]`."""
+        tokens, weights = self.classifier.attention(text)
+        layers = [weights[f"encoder_layer{i}"].tolist() for i in range(1, len(weights) + 1)]
+        return {"tokens": tokens, "encoder": layers}
+
+    def _probabilities(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            return self.classifier.probabilities(texts)
+
+
+class GenerationService(Service):
+    """Text generation, one request at a time, its tokens streamed as produced."""
+
+    task = "language_model"
+
+    def __init__(self, generator, *args):
+        super().__init__(*args)
+        self.generator = generator
+        self._lock = threading.Lock()
+
+    def sizes(self) -> dict:
+        return {**super().sizes(), "vocab_size": self.generator.tokenizer.vocab_size}
+
+    def start(self) -> float:
+        began = time.perf_counter()
+        self.generator.generate([""], max_new_tokens=2, temperature=0.0)
+        return time.perf_counter() - began
+
+    def check(self, prompt: str, max_new_tokens: int) -> None:
+        self.limits.check_chars(prompt, "prompt")
+        self.limits.check_new_tokens(max_new_tokens, self.generator.max_length)
+
+    async def generate(self, prompt: str, **options) -> AsyncIterator[dict]:
+        """Yields `{"token": text}` per generated token, then `{"done": True, "text": ...}`."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        tokenizer = self.generator.tokenizer
+
+        def on_token(row: int, token_id: int) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, token_id)
+
+        def run() -> str:
+            with self._lock:
+                return self.generator.generate([prompt], on_token=on_token, **options)[0]
+
+        task = loop.run_in_executor(None, run)
+        ids: list[int] = []
+        shown = ""
+        while not (task.done() and queue.empty()):
+            getter = asyncio.ensure_future(queue.get())
+            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                continue
+            token_id = getter.result()
+            ids.append(token_id)
+            # Decoding the whole prefix keeps subword spacing right; the new part is sent.
+            text = _stream_text(tokenizer, ids)
+            yield {"token": text[len(shown) :], "id": token_id}
+            shown = text
+        yield {"done": True, "text": await task}
+
+
+def _distinct(hypotheses: list[tuple[str, float | None]]) -> list[tuple[str, float | None]]:
+    """Each text once, at its best score: two subword splits of one text read the same."""
+    seen: set[str] = set()
+    kept = []
+    for text, score in hypotheses:  # best first
+        if text not in seen:
+            seen.add(text)
+            kept.append((text, score))
+    return kept
+
+
+def _stream_text(tokenizer, ids: list[int]) -> str:
+    """Generated ids as text, </s> as a line break."""
+    lines, current = [], []
+    for token_id in ids:
+        if token_id == tokenizer.end_id:
+            lines.append(tokenizer.decode(current))
+            current = []
+        else:
+            current.append(token_id)
+    return "\n".join([*lines, tokenizer.decode(current)])
+
+
+def load_service(
+    path: str | Path,
+    engine: str,
+    limits: Limits,
+    max_batch_size: int = 32,
+    max_wait_ms: float = 5.0,
+) -> Service:
+    """Opens the run or export folder `path` for serving, by the task in its config."""
+    from mintransformer import Classifier, Generator, Translator
+
+    path = Path(path)
+    config = read_task_config(path)
+    task = config["task"]
+    args: tuple[Any, ...] = (path, engine, config, limits)
+    if task == "translation":
+        return TranslationService(
+            Translator.from_run(path, engine=engine),
+            *args,
+            max_batch_size=max_batch_size,
+            max_wait_ms=max_wait_ms,
+        )
+    if task == "classification":
+        return ClassificationService(Classifier.from_run(path, engine=engine), *args)
+    if task == "language_model":
+        return GenerationService(Generator.from_run(path, engine=engine), *args)
+    raise ValueError(f"{path} holds a {task!r} run, which the server cannot serve")

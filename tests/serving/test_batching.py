@@ -1,0 +1,112 @@
+"""Batching: requests that arrive together are decoded together, in bucketed shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from mintransformer.serving.batching import Batcher
+from mintransformer.serving.buckets import Buckets, bucket, doubling_sizes
+
+
+def test_buckets_cover_every_length_with_a_few_shapes():
+    buckets = Buckets(positions=24, max_batch_size=6)
+    assert buckets.widths == [8, 16, 24] and buckets.rows == [1, 2, 4, 6]
+    assert doubling_sizes(1) == [1] and bucket(9, [8, 16]) == 16
+    with pytest.raises(ValueError):
+        bucket(17, [8, 16])
+    padded = buckets.pad([[5, 6, 2], [7, 2]], pad_id=0)
+    assert padded.shape == (2, 8)
+    np.testing.assert_array_equal(padded[1], [7, 2, 0, 0, 0, 0, 0, 0])
+    three = buckets.pad([[5, 2]] * 3, pad_id=0)
+    assert three.shape == (4, 8) and (three[3] == three[0]).all()  # a pad row repeats row 0
+    groups = buckets.group([3, 20, 4, 9, 5], max_batch_size=2)
+    assert groups == [[0, 2], [4], [3], [1]]
+
+
+class RecordingDecode:
+    """A decode function that records its calls and returns each item doubled."""
+
+    def __init__(self, delay: float = 0.0):
+        self.calls: list[tuple] = []
+        self.delay = delay
+
+    def __call__(self, key, items):
+        self.calls.append((key, list(items)))
+        time.sleep(self.delay)
+        return [item * 2 for item in items]
+
+
+def test_requests_arriving_together_share_one_decode_call():
+    decode = RecordingDecode()
+    batcher = Batcher(decode, max_batch_size=8, max_wait_ms=200)
+    batcher.start()
+    futures = [batcher.submit([i, i + 100], key="greedy") for i in range(4)]
+    results = [future.result(timeout=10) for future in futures]
+    batcher.stop()
+    assert results == [[2 * i, 2 * (i + 100)] for i in range(4)]
+    assert len(decode.calls) == 1 and len(decode.calls[0][1]) == 8
+
+
+def test_different_settings_are_not_mixed_and_a_full_batch_does_not_wait():
+    decode = RecordingDecode()
+    batcher = Batcher(decode, max_batch_size=2, max_wait_ms=10_000)
+    batcher.start()
+    started = time.monotonic()
+    a = batcher.submit([1], key="beam 4")
+    b = batcher.submit([2], key="greedy")
+    c = batcher.submit([3], key="beam 4")
+    assert a.result(timeout=5) == [2] and c.result(timeout=5) == [6]
+    assert time.monotonic() - started < 5  # two items filled the batch: no 10 s wait
+    batcher.stop()  # stopping stops the waiting: the greedy request is decoded, not lost
+    assert b.result(timeout=5) == [4]
+    assert sorted(key for key, _ in decode.calls) == ["beam 4", "greedy"]
+
+
+def test_a_failing_batch_fails_its_requests_only():
+    def decode(key, items):
+        if key == "bad":
+            raise ValueError("boom")
+        return items
+
+    batcher = Batcher(decode, max_batch_size=4, max_wait_ms=0)
+    batcher.start()
+    with pytest.raises(ValueError, match="boom"):
+        batcher.submit([1], key="bad").result(timeout=5)
+    assert batcher.submit([1], key="good").result(timeout=5) == [1]
+    batcher.stop()
+    with pytest.raises(RuntimeError, match="shutting down"):
+        batcher.submit([1], key="good")
+
+
+def test_concurrent_api_requests_are_decoded_in_few_calls_and_few_shapes(
+    client, translation_service
+):
+    stats = translation_service.batcher.stats
+    calls_before, shapes_warmed = stats.calls, set(translation_service.shapes_run)
+    texts = ["one", "twelve", "three hundred and forty-five", "nine", "sixty", "two"]
+    answers: dict[int, str] = {}
+
+    def ask(index: int) -> None:
+        response = client.post("/api/translate", json={"texts": [texts[index]]})
+        answers[index] = response.json()["results"][0]["translation"]
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    expected = translation_service.translator.translate(texts)
+    assert [answers[i] for i in range(len(texts))] == expected
+    assert stats.calls - calls_before < len(texts)  # some requests were decoded together
+    # Every shape decoded was one warmed at start-up (greedy): nothing new was compiled.
+    assert translation_service.shapes_run == shapes_warmed
+
+
+def test_service_decodes_directly(translation_service):
+    results = asyncio.run(translation_service.translate(["five"], 1, 0.6, 1, False))
+    assert results[0]["translation"] == translation_service.translator.translate(["five"])[0]

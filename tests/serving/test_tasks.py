@@ -1,0 +1,91 @@
+"""Classification and generation (streamed) through the API."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.serving.conftest import make_client
+
+
+def limits():
+    from mintransformer.serving.limits import Limits
+
+    return Limits(max_texts=8, max_chars=200, max_new_tokens=10)
+
+
+@pytest.fixture(scope="module")
+def classify_client(untrained_classifier_run):
+    from mintransformer.serving.services import load_service
+
+    with make_client(load_service(untrained_classifier_run.path, "keras", limits())) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def generate_client(untrained_lm_run):
+    from mintransformer.serving.services import load_service
+
+    with make_client(load_service(untrained_lm_run.path, "keras", limits())) as client:
+        yield client
+
+
+def test_classify_gives_labels_and_probabilities(classify_client, untrained_classifier_run):
+    from mintransformer import Classifier
+
+    texts = ["a good film", "not good at all"]
+    response = classify_client.post("/api/classify", json={"texts": texts})
+    assert response.status_code == 200
+    expected = Classifier.from_run(untrained_classifier_run.path).probabilities(texts)
+    for result, row in zip(response.json()["results"], expected, strict=True):
+        assert list(result["probabilities"]) == ["neg", "pos"]
+        assert result["probabilities"]["neg"] == pytest.approx(float(row[0]), abs=1e-5)
+        assert result["label"] == ["neg", "pos"][int(row.argmax())]
+    with_attention = classify_client.post(
+        "/api/classify", json={"texts": texts[:1], "attention": True}
+    ).json()["results"][0]["attention"]
+    tokens, weights = Classifier.from_run(untrained_classifier_run.path).attention(texts[0])
+    assert with_attention["tokens"] == tokens and tokens[0] == "<s>"
+    np.testing.assert_allclose(with_attention["encoder"][0], weights["encoder_layer1"], atol=1e-5)
+    assert np.array(with_attention["encoder"]).shape == (1, 2, len(tokens), len(tokens))
+    too_many = classify_client.post("/api/classify", json={"texts": ["a"] * 9})
+    assert too_many.status_code == 413
+
+
+def test_generate_streams_one_line_per_token(generate_client, untrained_lm_run):
+    from mintransformer import Generator
+
+    body = {"prompt": "the cat", "max_new_tokens": 6, "temperature": 0.0}
+    with generate_client.stream("POST", "/api/generate", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("application/x-ndjson")
+        events = [json.loads(line) for line in response.iter_lines() if line]
+    tokens, final = events[:-1], events[-1]
+    assert final["done"] is True
+    assert 1 <= len(tokens) <= 6 and all("token" in e and "id" in e for e in tokens)
+    expected = Generator.from_run(untrained_lm_run.path).generate(
+        ["the cat"], max_new_tokens=6, temperature=0.0
+    )[0]
+    assert final["text"] == expected
+    whole = generate_client.post("/api/generate", json={**body, "stream": False}).json()
+    assert "".join(whole["tokens"]) == "".join(e["token"] for e in tokens)
+    assert whole["text"] == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "word"),
+    [
+        ({"prompt": "a", "max_new_tokens": 100_000}, 422, "--max-new-tokens"),
+        ({"prompt": "a", "max_new_tokens": 0}, 422, "max_new_tokens"),
+        ({"prompt": "a", "temperature": -1}, 422, "temperature"),
+        ({"prompt": "a", "top_p": 0}, 422, "top_p"),
+        ({"prompt": "x" * 300}, 413, "--max-chars"),
+        ({"prompt": 3}, 422, "prompt"),
+    ],
+)
+def test_bad_generate_requests_get_a_4xx(generate_client, body, status, word):
+    response = generate_client.post("/api/generate", json=body)
+    assert response.status_code == status, response.text
+    assert word in response.json()["error"]
