@@ -9,6 +9,7 @@ arguments are read, so `--backend` can choose its backend.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -80,7 +81,7 @@ def _new_config(args, task: str, **settings):
     return make_config(task, args.preset, **{**overrides, **settings})
 
 
-def train_translation_command(args) -> None:
+def train_translation_command(args) -> tuple:
     from mintransformer.data.corpora import corpus_spec
     from mintransformer.training import translation
 
@@ -102,14 +103,26 @@ def train_translation_command(args) -> None:
 
         held_out = (splits.get("test") or splits["val"])[: args.report]
         print(Translator(model, tokenizer).report(held_out, beam_size=args.beam))
+    return model, tokenizer
 
 
 def demo_command(args) -> None:
-    """Train on the embedded number corpus, then translate held-out numbers."""
+    """Train on the embedded number corpus, then score held-out numbers by magnitude."""
     args.preset, args.resume, args.overwrite, args.bf16 = "numbers", False, True, None
     args.train = args.val = args.test = args.src = args.tgt = args.tsv = args.seed = None
     args.val_fraction = args.test_fraction = 0.02
-    train_translation_command(args)
+    per_magnitude, args.report = args.report, 0
+    model, tokenizer = train_translation_command(args)
+    if per_magnitude > 0:
+        from mintransformer.data.corpora import number_splits, numbers_spec
+        from mintransformer.data.numbers import magnitude_report
+        from mintransformer.translation import Translator
+
+        splits = number_splits(numbers_spec(num_train=args.num_train))
+        translate = functools.partial(
+            Translator(model, tokenizer).translate, beam_size=args.beam, progress=True
+        )
+        print(magnitude_report(translate, splits["test"], splits["train"], per_magnitude))
 
 
 def train_classification_command(args) -> None:
@@ -410,7 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = add(commands, "demo", "train on built-in EN->FR numbers, translate", demo_command)
     demo.add_argument("--run", type=Path, default=Path("runs/numbers"))
     demo.add_argument("--num-train", type=int, default=30_000)
-    demo.add_argument("--report", type=int, default=1000)
+    demo.add_argument(
+        "--report", type=int, default=200, help="held-out numbers scored per magnitude (0: none)"
+    )
     _add_decoding_flags(demo)
 
     tasks = commands.add_parser("train", help="train a model").add_subparsers(
