@@ -78,9 +78,12 @@ def test_cross_attention_of_the_demo_model_aligns_words(demo_translator):
 
     test = load_corpus(DEMO_SPEC)["test"][:100]
     maps = [viz.attention_maps(demo_translator, source) for source, _ in test]
-    last_layer = demo_translator.model.decoder.num_layers
-    rate = viz.alignment_rate(maps, FRENCH_TO_ENGLISH, last_layer)
-    assert rate >= ALIGNMENT_FLOOR, f"alignment {rate:.3f}"
+    # Which layer aligns depends on the data: the demo model before #32 aligned in its last
+    # layer (96.2%, layer 1 55.1%), the one trained on the corpus of #32 in its first (81.7%,
+    # layer 2 72.1%; with the Noam schedule too: 83.8% and 65.0%).
+    layers = range(1, demo_translator.model.decoder.num_layers + 1)
+    rates = [viz.alignment_rate(maps, FRENCH_TO_ENGLISH, layer) for layer in layers]
+    assert max(rates) >= ALIGNMENT_FLOOR, f"alignment by layer {rates}"
 
 
 ALIGNMENT_FLOOR = 0.75
