@@ -120,7 +120,10 @@ def demo_command(args) -> None:
 
         splits = number_splits(numbers_spec(num_train=args.num_train))
         translate = functools.partial(
-            Translator(model, tokenizer).translate, beam_size=args.beam, progress=True
+            Translator(model, tokenizer).translate,
+            beam_size=args.beam,
+            alpha=args.alpha,
+            progress=True,
         )
         print(magnitude_report(translate, splits["test"], splits["train"], per_magnitude))
 
