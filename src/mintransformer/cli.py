@@ -44,7 +44,7 @@ def training_options(args: argparse.Namespace) -> dict:
 def demo_command(args) -> None:
     from mintransformer.training.demo import run_demo
 
-    run_demo(args.run, args.num_train, args.report, args.beam, args.verbose)
+    run_demo(args.run, args.num_train, args.report, args.beam, args.alpha, args.verbose)
 
 
 def train_translation_command(args) -> None:
@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = add(commands, "demo", "train on built-in EN->FR numbers, translate", demo_command)
     demo.add_argument("--run", type=Path, default=Path("runs/numbers"))
     demo.add_argument("--num-train", type=int, default=30_000)
-    demo.add_argument("--report", type=int, default=1000)
+    demo.add_argument("--report", type=int, default=200, help="held-out numbers per magnitude")
     add_decoding_flags(demo)
 
     tasks = commands.add_parser("train", help="train a model").add_subparsers(

@@ -4,12 +4,19 @@ import random
 
 import pytest
 
+from mintransformer.data.corpora import load_corpus, number_splits, numbers_spec
 from mintransformer.data.numbers import (
+    ALWAYS_TRAIN,
+    MAGNITUDE_NAMES,
     MAX_NUMBER,
+    english_length,
     english_words,
     french_words,
+    magnitude_of,
+    magnitude_report,
     number_corpus,
     number_pairs,
+    repeat_rare_numbers,
     split_numbers,
 )
 
@@ -187,7 +194,7 @@ def test_split_numbers_is_disjoint_and_sized() -> None:
     assert (len(train), len(val), len(test)) == (5_000, 300, 200)
     assert len(splits["train"]) == 5_000  # No duplicates inside a split either.
     assert not train & val and not train & test and not val & test
-    assert set(range(21)) <= train
+    assert set(ALWAYS_TRAIN) <= train
     assert all(0 <= n <= 10_000 for n in train | val | test)
     assert all(splits[name] == sorted(splits[name]) for name in splits)
 
@@ -211,7 +218,7 @@ def test_split_numbers_can_use_the_whole_range() -> None:
         ({"num_train": 50, "num_val": 40, "num_test": 20}, "num_train \\+ num_val \\+ num_test"),
         ({"num_train": 30, "num_val": -1, "num_test": 0}, "num_val"),
         ({"num_train": 30, "num_val": 0, "num_test": -5}, "num_test"),
-        ({"num_train": 10, "num_val": 0, "num_test": 0}, "num_train must be at least 21"),
+        ({"num_train": 10, "num_val": 0, "num_test": 0}, "num_train must be at least 29"),
         ({"num_train": 30.0, "num_val": 0, "num_test": 0}, "num_train"),
     ],
 )
@@ -228,8 +235,99 @@ def test_split_numbers_rejects_bad_max_number(max_number: object) -> None:
 
 def test_number_corpus() -> None:
     corpus = number_corpus(max_number=2_000, num_train=500, num_val=50, num_test=40, seed=1)
-    assert [len(corpus[name]) for name in ("train", "val", "test")] == [500, 50, 40]
+    assert [len(corpus[name]) for name in ("val", "test")] == [50, 40]
+    assert len(set(corpus["train"])) == 500  # Some training pairs are repeated (below).
+    assert len(corpus["train"]) > 500
     assert ("twenty", "vingt") in corpus["train"]
     english = [{en for en, _ in corpus[name]} for name in ("train", "val", "test")]
     assert not english[0] & english[1] and not english[0] & english[2]
     assert number_corpus(2_000, 500, 50, 40, 1) == corpus
+
+
+def test_magnitude_of() -> None:
+    cases = {0: 0, 99: 0, 100: 1, 999: 1, 1_000: 2, 9_999: 2, 10_000: 3, 100_000: 4, MAX_NUMBER: 4}
+    assert {n: magnitude_of(n) for n in cases} == cases
+    assert len(MAGNITUDE_NAMES) == 5
+    with pytest.raises(ValueError):
+        magnitude_of(MAX_NUMBER + 1)
+
+
+def test_english_length() -> None:
+    assert [english_length(n) for n in (7, 21, 300, 21_000, 123_456)] == [1, 1, 2, 2, 7]
+
+
+def test_held_out_splits_sample_every_magnitude_and_leave_most_small_numbers_to_train() -> None:
+    splits = split_numbers(MAX_NUMBER, num_train=30_000, num_val=1_000, num_test=1_000)
+    for name in ("val", "test"):
+        counts = [sum(magnitude_of(n) == m for n in splits[name]) for m in range(5)]
+        # At most a fifth of the 72 numbers below 100 (and of the 891 hundreds) that may be
+        # held out; the rest spread evenly over the larger magnitudes.
+        assert counts[:2] == [14, 178], name
+        assert all(269 <= c <= 270 for c in counts[2:]) and sum(counts) == 1_000, name
+    below_1000 = set(range(1000)) - set(splits["val"]) - set(splits["test"])
+    assert below_1000 <= set(splits["train"])  # Every small number not held out trains.
+
+
+def test_repeat_rare_numbers() -> None:
+    train = [5, 7, 300, *range(1_000, 1_100)]  # 3% below 100, 2 two-word numbers
+    repeated = repeat_rare_numbers(train, magnitude_share=0.1, length_share=0.05)
+    assert repeated == sorted(repeated) and set(repeated) == set(train)
+    counts = {n: repeated.count(n) for n in train}
+    assert counts[5] == counts[7] == 6  # ceil(0.1 * 103 / 2): 0-99 reach a tenth of 103
+    assert counts[300] == 11  # ceil(0.1 * 103 / 1) for the hundreds beats 0.05 * 103 for 2 words
+    assert counts[1_000] == 3  # one thousand: ceil(0.05 * 103 / 2) as a two-word number
+    assert counts[1_001] == 1
+    assert repeat_rare_numbers([]) == []
+
+
+def test_the_demo_corpus_gives_every_magnitude_and_length_a_share_the_model_learns_from() -> None:
+    """The corpus `mintransformer demo` trains on (30,000 numbers; the CLI's default).
+
+    Its earlier form drew numbers evenly over magnitudes and repeated those below 1000 a little:
+    0-99 were 2.9% of the training pairs, 0-20 0.66% and two-word numbers ("three hundred",
+    "five thousand") 0.10%. Its model got "one" -> "cent-huit" and 10 of 0-20 wrong: a short
+    sentence is the start of far more common long ones ("one hundred ..."), and the model had
+    barely seen it end. Repeating training numbers until each magnitude holds a tenth of the
+    30,000 and each English length a twentieth gives 0-99 7.6% of the pairs, 0-20 2.2% and
+    two-word numbers 3.8%, and the demo model then translated all of 0-999 exactly
+    (docs/translation.md#the-demo; tests/test_demo.py trains it and checks).
+    """
+    spec = numbers_spec(num_train=30_000)
+    numbers = number_splits(spec)
+    train = load_corpus(spec)["train"]
+    assert len(train) == len(repeat_rare_numbers(numbers["train"])) == 39_905
+    value = {english_words(n): n for n in numbers["train"]}
+    trained = [value[english] for english, _ in train]
+    assert set(ALWAYS_TRAIN) <= set(trained)
+
+    def share(predicate) -> float:
+        return sum(map(predicate, trained)) / len(trained)
+
+    for m, name in enumerate(MAGNITUDE_NAMES):
+        assert share(lambda n, m=m: magnitude_of(n) == m) >= 3_000 / 39_905, name
+    for length in range(1, 8):
+        assert share(lambda n, length=length: english_length(n) == length) >= 1_500 / 39_905
+    assert share(lambda n: n <= 20) >= 0.02  # 0.66% before
+    assert share(lambda n: english_length(n) == 2) >= 0.035  # 0.10% before
+    assert share(lambda n: n < 100) >= 0.075  # 2.9% before
+
+
+def test_magnitude_report() -> None:
+    held_out = [23, 45, 150, 151, 152, 3_000, 40_000, 500_000, 600_000]
+    french = {english_words(n): french_words(n) for n in [*held_out, *range(1000)]}
+    asked = []
+
+    def translate(sentences: list[str]) -> list[str]:
+        asked.extend(sentences)
+        return ["cent-huit" if s == "one" else french[s] for s in sentences]
+
+    lines = magnitude_report(translate, held_out, train=[1, 2, 3], per_magnitude=2).splitlines()
+    assert lines[1].split() == ["0-99", "2", "/", "2", "100.0%"]
+    assert lines[2].split() == ["hundreds", "2", "/", "2", "100.0%"]  # 150 and 151 of the 3
+    assert lines[3].split() == ["thousands", "1", "/", "1", "100.0%"]
+    assert lines[5].split() == ["hundred", "thousands", "2", "/", "2", "100.0%"]
+    assert "every number below 1000 (3 of them training numbers)" in lines[6]
+    assert lines[7].split()[-4:] == ["999", "/", "1000", "99.9%"]
+    assert lines[8] == "  wrong: one  ->  cent-huit"
+    assert len(lines) == 9
+    assert len(asked) == 8 + 1000

@@ -78,6 +78,11 @@ def _absolute(path: str) -> str:
     return str(Path(path).expanduser().resolve())
 
 
+def number_splits(spec: dict) -> dict[str, list[int]]:
+    """The numbers in each split of a numbers spec (before training numbers are repeated)."""
+    return numbers.split_numbers(**{k: v for k, v in spec.items() if k != "kind"})
+
+
 def load_corpus(spec: dict) -> dict[str, list[tuple[str, str]]]:
     """Loads the splits a spec describes; pairs with an empty side are dropped."""
     kind = spec.get("kind")
