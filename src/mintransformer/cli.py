@@ -139,11 +139,24 @@ def classify_command(args) -> None:
 
 
 def export_command(args) -> None:
-    from mintransformer.export.onnx_graphs import export_run
-
     start = time.perf_counter()
-    folder = export_run(args.run, args.output, int8=args.int8)
+    if args.format == "hf":
+        from mintransformer.interop.hf_export import export_run
+
+        if args.output is None or args.int8:
+            raise ValueError("--format hf needs -o OUT and takes no --int8")
+        folder = export_run(args.run, args.output)
+    else:
+        from mintransformer.export.onnx_graphs import export_run
+
+        folder = export_run(args.run, args.output, int8=args.int8)
     print(f"exported in {time.perf_counter() - start:.0f} s to {folder}")
+
+
+def import_command(args) -> None:
+    from mintransformer.interop.hf_import import import_folder
+
+    print(f"imported {args.path} into {import_folder(args.path, args.run, args.overwrite)}")
 
 
 def generate_command(args) -> None:
@@ -345,10 +358,21 @@ def build_parser() -> argparse.ArgumentParser:
     classify = add(commands, "classify", "label text with a trained classifier", classify_command)
     add_input_flags(classify, "texts")
 
-    export = add(commands, "export", "export a run to ONNX (needs TensorFlow)", export_command)
+    export = add(commands, "export", "export a run to ONNX or transformers", export_command)
     export.add_argument("--run", type=Path, required=True)
     export.add_argument("-o", "--output", type=Path, help="export folder (default: RUN/onnx)")
+    export.add_argument(
+        "--format", choices=["onnx", "hf"], default="onnx", help="hf: a transformers folder"
+    )
     export.add_argument("--int8", action="store_true", help="int8 weights (dynamic quantization)")
+
+    imports = commands.add_parser("import", help="import a model").add_subparsers(
+        dest="source", required=True
+    )
+    hf = add(imports, "hf", "a transformers Marian (OPUS-MT) folder -> a run", import_command)
+    hf.add_argument("path", type=Path, help="folder with config.json, weights, *.spm, vocab.json")
+    hf.add_argument("--run", type=Path, required=True)
+    hf.add_argument("--overwrite", action="store_true", help="replace a run already there")
 
     evaluate = add(
         commands,
