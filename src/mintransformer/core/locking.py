@@ -23,7 +23,6 @@ try:
 except ImportError:  # not POSIX
     fcntl = None
 
-
 @contextlib.contextmanager
 def exclusive_lock(lock_file: str | Path, what: str) -> Iterator[None]:
     """Holds an exclusive lock on `lock_file` (created if absent) within the block.
