@@ -159,22 +159,16 @@ class SentencePieceTokenizer:
         return piece
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Target text of `ids`, read up to the first `</s>`; pad and start are skipped."""
+        """Target text of `ids`, read up to the first `</s>`; pad, start and unk are skipped
+        (as `MarianTokenizer.decode(skip_special_tokens=True)` does)."""
         pieces = []
         for token_id in map(int, ids):
             if token_id == self.end_id:
                 break
-            if token_id not in (self.pad_id, self.start_id):
-                pieces.append(self._pieces.get(token_id, self.unk))
-        words, run = [], []
-        for piece in pieces:  # special pieces are not SentencePiece's: kept as text
-            if piece == self.unk or piece.startswith(">>"):
-                words += [self._decoder_model.decode_pieces(run), piece]
-                run = []
-            else:
-                run.append(piece)
-        words.append(self._decoder_model.decode_pieces(run))
-        return " ".join(w for w in words if w).replace("▁", " ").strip()
+            piece = self._pieces.get(token_id, self.unk)
+            if token_id not in (self.pad_id, self.start_id) and piece != self.unk:
+                pieces.append(piece)
+        return self._decoder_model.decode_pieces(pieces).replace("▁", " ").strip()
 
     def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
         return [self.decode(ids) for ids in batch]

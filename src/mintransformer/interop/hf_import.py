@@ -85,12 +85,14 @@ def read_tensors(folder: Path) -> dict[str, np.ndarray]:
 def read_tokenizer(folder: Path, hf: dict):
     """The folder's tokenizer: Marian's SentencePiece files, or our exported BPE."""
     if (folder / "source.spm").is_file():
-        target_vocab = folder / "target_vocab.json"
+        settings = folder / "tokenizer_config.json"
+        settings = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
+        separate = settings.get("separate_vocabs", False)
         return SentencePieceTokenizer.from_files(
             folder / "source.spm",
             folder / "target.spm",
             folder / "vocab.json",
-            target_vocab if target_vocab.is_file() else None,
+            folder / "target_vocab.json" if separate else None,
             start_id=hf.get("decoder_start_token_id"),
         )
     if (folder / "tokenizer.json").is_file():
@@ -103,11 +105,11 @@ def read_tokenizer(folder: Path, hf: dict):
 
 def canonical_tensors(hf: dict, tensors: dict) -> tuple[dict, bool, bool]:
     """`(tensors named as mapping.tensor_pairs, share_embeddings, tie_embeddings)`."""
-    shared = hf.get("share_encoder_decoder_embeddings", hf.get("tie_word_embeddings", True))
 
     def table(side: str) -> np.ndarray:
+        # What transformers runs: the stack's own table; `model.shared` where a tied one
+        # was saved once under that name.
         names = [f"model.{side}.embed_tokens.weight", "model.shared.weight"]
-        names = names[::-1] if shared else names
         return tensors[next(name for name in names if name in tensors)]
 
     source, target = table("encoder"), table("decoder")
