@@ -29,9 +29,9 @@ def train_spm(texts: list[str], vocab_size: int) -> bytes:
     return model.getvalue()
 
 
-def marian_vocab(spm: bytes, pad_last: bool = True) -> dict[str, int]:
+def marian_vocab(spm: bytes, pad_last: bool = True, size: int | None = None) -> dict[str, int]:
     """Marian's vocab.json for a SentencePiece model: </s> 0, <unk> 1, the pieces, and
-    <pad> last (or at 2)."""
+    <pad> last (or at 2); with `size`, filler pieces make it that large."""
     import sentencepiece
 
     processor = sentencepiece.SentencePieceProcessor(model_proto=spm)
@@ -41,7 +41,9 @@ def marian_vocab(spm: bytes, pad_last: bool = True) -> dict[str, int]:
         if not (processor.is_control(i) or processor.is_unknown(i))
     ]
     special = ["</s>", "<unk>"] + ([] if pad_last else ["<pad>"])
-    ordered = special + pieces + (["<pad>"] if pad_last else [])
+    fill = 0 if size is None else size - len(special) - len(pieces) - pad_last
+    ordered = special + pieces + [f"▁filler{i}" for i in range(fill)]
+    ordered += ["<pad>"] if pad_last else []
     return {piece: i for i, piece in enumerate(ordered)}
 
 
@@ -75,17 +77,19 @@ def make_marian(
     final_logits_bias: bool = True,
     sizes: dict | None = None,
     spm_vocab: int = 100,
+    vocab_size: int | None = None,
     seed: int = 0,
     safetensors: bool = True,
 ) -> Path:
     """A Marian checkpoint folder (config.json, weights, source.spm, target.spm,
-    vocab.json [, target_vocab.json]) with random weights."""
+    vocab.json [, target_vocab.json], tokenizer_config.json) with random weights;
+    `vocab_size` pads the vocabulary to a published model's size."""
     from transformers import MarianConfig, MarianMTModel
 
     folder.mkdir(parents=True, exist_ok=True)
     source_spm = train_spm(ENGLISH + ([] if separate_vocab else FRENCH), spm_vocab)
     target_spm = train_spm(FRENCH, spm_vocab - 30) if separate_vocab else source_spm
-    vocab = marian_vocab(source_spm, pad_last=not separate_vocab)
+    vocab = marian_vocab(source_spm, not separate_vocab, vocab_size)
     (folder / "source.spm").write_bytes(source_spm)
     (folder / "target.spm").write_bytes(target_spm)
     (folder / "vocab.json").write_text(json.dumps(vocab))
@@ -116,7 +120,7 @@ def make_marian(
         share_encoder_decoder_embeddings=not separate_vocab,
         tie_word_embeddings=tied,
         activation_function=activation,
-        max_position_embeddings=64,
+        max_position_embeddings=512 if vocab_size else 64,
         scale_embedding=True,
         pad_token_id=pad,
         decoder_start_token_id=pad,
@@ -127,7 +131,12 @@ def make_marian(
     )
     model = MarianMTModel(config).eval()
     randomize(model, final_logits_bias, seed)
-    model.save_pretrained(folder, safe_serialization=safetensors)
+    model.save_pretrained(folder)
+    if not safetensors:  # transformers 5 writes safetensors only: the older format by hand
+        import torch
+
+        torch.save(model.state_dict(), folder / "pytorch_model.bin")
+        (folder / "model.safetensors").unlink()
     return folder
 
 
