@@ -126,12 +126,14 @@ def make_marian(
         decoder_start_token_id=pad,
         eos_token_id=0,
         forced_eos_token_id=0,
-        bad_words_ids=[[pad]],
         **sizes,
     )
     model = MarianMTModel(config).eval()
     randomize(model, final_logits_bias, seed)
     model.save_pretrained(folder)
+    settings = json.loads((folder / "config.json").read_text())
+    settings["bad_words_ids"] = [[pad]]  # as published OPUS-MT configs have it
+    (folder / "config.json").write_text(json.dumps(settings))
     if not safetensors:  # transformers 5 writes safetensors only: the older format by hand
         import torch
 
