@@ -108,11 +108,24 @@ def stream_command(args) -> None:
 
 
 def export_command(args) -> None:
-    from mintransformer.export.onnx_graphs import export_run
-
     start = time.perf_counter()
-    folder = export_run(args.run, args.output, int8=args.int8)
+    if args.format == "hf":
+        from mintransformer.interop.hf_export import export_run
+
+        if args.output is None or args.int8:
+            raise ValueError("--format hf needs -o OUT and takes no --int8")
+        folder = export_run(args.run, args.output)
+    else:
+        from mintransformer.export.onnx_graphs import export_run
+
+        folder = export_run(args.run, args.output, int8=args.int8)
     print(f"exported in {time.perf_counter() - start:.0f} s to {folder}")
+
+
+def import_command(args) -> None:
+    from mintransformer.interop.hf_import import import_folder
+
+    print(f"imported {args.path} into {import_folder(args.path, args.run, args.overwrite)}")
 
 
 def generate_command(args) -> None:
@@ -185,12 +198,8 @@ def add_training_flags(parser, task: str, bf16: bool = True) -> None:
 
     add_config_flags(parser, task)
     if bf16:
-        parser.add_argument(
-            "--bf16",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help="bf16 mixed precision; --no-bf16: fp32 (default: bf16 only with AMX or a GPU)",
-        )
+        precision = "bf16 mixed precision; --no-bf16: fp32 (default: bf16 only with AMX or a GPU)"
+        parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, help=precision)
     group = parser.add_argument_group("data-parallel training (JAX backend: keras.distribution)")
     group.add_argument("--distribute", choices=["data"], help="replicate the model, split batches")
     group.add_argument("--devices", type=int, help="devices per process (default: all)")
@@ -239,14 +248,8 @@ def serve_command(args) -> None:
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--backend", choices=BACKENDS, help="Keras backend (default: Keras')")
-    common.add_argument(
-        "--verbose",
-        type=int,
-        nargs="?",
-        const=2,
-        default=1,
-        help="0 quiet, 1 progress bars (default), 2 (or no value) also the backend's log",
-    )
+    verbosity = "0 quiet, 1 progress bars (default), 2 (or no value) also the backend's log"
+    common.add_argument("--verbose", type=int, nargs="?", const=2, default=1, help=verbosity)
     parser = argparse.ArgumentParser(prog="mintransformer", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -261,9 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--report", type=int, default=200, help="held-out numbers per magnitude")
     add_decoding_flags(demo)
 
-    tasks = commands.add_parser("train", help="train a model").add_subparsers(
-        dest="task", required=True
-    )
+    tasks = commands.add_parser("train", help="train a model")
+    tasks = tasks.add_subparsers(dest="task", required=True)
     translation = add(tasks, "translation", "train a translation model", train_translation_command)
     add_training_flags(translation, "translation")
     data = translation.add_argument_group("data (default: the built-in numbers corpus)")
@@ -281,12 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_decoding_flags(translation)
 
-    classification = add(
-        tasks,
-        "classification",
-        "train an encoder-only text classifier (e.g. IMDB sentiment)",
-        train_classification_command,
-    )
+    what = "train an encoder-only text classifier (e.g. IMDB sentiment)"
+    classification = add(tasks, "classification", what, train_classification_command)
     add_training_flags(classification, "classification")
     labelled = classification.add_argument_group(
         "data: .jsonl / .csv (text, label; .gz ok) or a folder of class folders (aclImdb)"
@@ -307,17 +305,22 @@ def build_parser() -> argparse.ArgumentParser:
     classify = add(commands, "classify", "label text with a trained classifier", stream_command)
     add_input_flags(classify, "texts")
 
-    export = add(commands, "export", "export a run to ONNX (needs TensorFlow)", export_command)
+    export = add(commands, "export", "export a run to ONNX or transformers", export_command)
     export.add_argument("--run", type=Path, required=True)
     export.add_argument("-o", "--output", type=Path, help="export folder (default: RUN/onnx)")
+    export.add_argument(
+        "--format", choices=["onnx", "hf"], default="onnx", help="hf: a transformers folder"
+    )
     export.add_argument("--int8", action="store_true", help="int8 weights (dynamic quantization)")
 
-    evaluate = add(
-        commands,
-        "evaluate",
-        "sacreBLEU and chrF of a translation run, accuracy of a classifier",
-        evaluate_command,
-    )
+    imports = commands.add_parser("import", help="import a model")
+    imports = imports.add_subparsers(dest="source", required=True)
+    hf = add(imports, "hf", "a transformers Marian (OPUS-MT) folder -> a run", import_command)
+    hf.add_argument("path", type=Path, help="folder with config.json, weights, *.spm, vocab.json")
+    hf.add_argument("--run", type=Path, required=True)
+    hf.add_argument("--overwrite", action="store_true", help="replace a run already there")
+
+    evaluate = add(commands, "evaluate", "BLEU/chrF or accuracy of a run", evaluate_command)
     evaluate.add_argument("--run", type=Path, required=True)
     evaluate.add_argument("--src", type=Path, help="translation: source sentences")
     evaluate.add_argument("--ref", type=Path, help="translation: reference translations")

@@ -129,6 +129,9 @@ class TranslationConfig(_Config):
         "normal", "token embedding initialiser (normal: N(0, d_model^-0.5))", EMBEDDING_INITS
     )
     max_length: int = setting(128, "longest source or target sequence, in tokens")
+    # Not flags: set by imported models (`mintransformer import hf`).
+    activation: str = setting("relu")
+    layer_norm_epsilon: float = setting(1e-6)
     # data and tokenizer
     data: dict = setting({})
     vocab_size: int = setting(8000, "joint BPE vocabulary size")

@@ -83,8 +83,10 @@ def attention_maps(translator, text: str, translation: str | None = None) -> Att
     # <s> takes one decoder position; an unfinished translation may fill all of them.
     target = tokenizer.encode(translation)[: translator.model.decoder.max_length - 1]
     decoder_input = [tokenizer.start_id, *target]
+    # Every decoder position is real, also an imported Marian model's start token (its pad).
     _, weights = translator.model(
         (np.array([source], "int32"), np.array([decoder_input], "int32")),
+        target_mask=np.ones((1, len(decoder_input)), bool),
         return_attention_weights=True,
     )
     names = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]

@@ -25,6 +25,7 @@ from mintransformer.config import (
     TranslationConfig,
 )
 from mintransformer.data.tokenizer import Tokenizer
+from mintransformer.data.tokenizer_file import load_tokenizer
 from mintransformer.decoding.sampling import generate_with_steps
 from mintransformer.export.folder import GRAPHS, ExportFolder
 
@@ -205,7 +206,7 @@ def open_export(path: str | Path, config_class: type[RunConfig]):
             f"{folder.path} is an export of a {manifest['task']} run, not a {task} run"
         )
     config = config_class.from_json(folder.config_path.read_text(), str(folder.path))
-    return folder, manifest, config, Tokenizer.load(folder.tokenizer_path)
+    return folder, manifest, config, load_tokenizer(folder.tokenizer_path)
 
 
 def translation_engine(path: str | Path, max_output_length: int | None = None):

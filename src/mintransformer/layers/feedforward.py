@@ -12,6 +12,8 @@ ACTIVATIONS = {
     # The exact (erf) GELU, as in BERT.
     "gelu": lambda x: keras.activations.gelu(x, approximate=False),
     "gelu_tanh": lambda x: keras.activations.gelu(x, approximate=True),
+    # x * sigmoid(x), also called swish (OPUS-MT's Marian models).
+    "silu": keras.activations.silu,
 }
 
 
@@ -22,7 +24,7 @@ class FeedForward(keras.layers.Layer):
     Args:
         d_model: input and output width.
         dff: inner width (the paper uses 4 * d_model).
-        activation: "relu" (the paper), "gelu" (exact erf GELU) or "gelu_tanh".
+        activation: "relu" (the paper), "gelu" (exact erf GELU), "gelu_tanh" or "silu".
         use_bias: whether both Dense layers have biases.
 
     Call arguments:

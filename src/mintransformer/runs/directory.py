@@ -32,6 +32,7 @@ from mintransformer.core.errors import CorruptFileError
 from mintransformer.core.files import atomic_write
 from mintransformer.core.locking import exclusive_lock
 from mintransformer.data.tokenizer import Tokenizer
+from mintransformer.data.tokenizer_file import load_tokenizer
 
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
@@ -140,13 +141,13 @@ class RunDirectory:
             return expected.from_json(text, str(self.config_path))
 
     def tokenizer(self) -> Tokenizer:
-        """The run's tokenizer.
+        """The run's tokenizer: our BPE `Tokenizer`, or an imported model's SentencePiece one.
 
         Raises:
             CorruptFileError: if tokenizer.json is damaged, saying what to do.
         """
         with self.explain_damage():
-            return Tokenizer.load(self.tokenizer_path)
+            return load_tokenizer(self.tokenizer_path)
 
     def checkpoint_path(self, epoch: int) -> Path:
         return self.checkpoint_dir / f"epoch-{epoch:04d}.npz"

@@ -30,6 +30,8 @@ TRANSFORMER_FIELDS = (
     "share_embeddings",
     "attention_dropout_rate",
     "embedding_init",
+    "activation",
+    "layer_norm_epsilon",
 )
 CLASSIFIER_FIELDS = (
     "max_length",
@@ -45,7 +47,13 @@ def _fields(config: RunConfig, names: tuple[str, ...]) -> dict:
     return {name: getattr(config, name) for name in names}
 
 
-def build_model(config: RunConfig, vocab_size: int, mixed_precision: bool = False):
+def build_model(
+    config: RunConfig,
+    vocab_size: int,
+    mixed_precision: bool = False,
+    pad_id: int = Tokenizer.pad_id,
+    target_vocab_size: int | None = None,
+):
     """The built model a config describes: `Transformer`, `LanguageModel` or `TextClassifier`.
 
     Args:
@@ -53,11 +61,14 @@ def build_model(config: RunConfig, vocab_size: int, mixed_precision: bool = Fals
         vocab_size: the tokenizer's vocabulary size (source and target share it).
         mixed_precision: build in bf16 mixed precision (the caller decides, once:
             `backend.precision.choose_precision`); the language model is always fp32.
+        pad_id: the tokenizer's padding id (an imported tokenizer's may not be 0).
+        target_vocab_size: a translation model's target vocabulary, where the
+            tokenizer has one of its own; by default `vocab_size`.
     """
     dtype = "mixed_bfloat16" if mixed_precision else None
     if not isinstance(config, TranslationConfig | LanguageModelConfig | ClassificationConfig):
         raise TypeError(f"not a run config: {type(config).__name__}")
-    size = {**_fields(config, SIZE_FIELDS), "pad_id": Tokenizer.pad_id}
+    size = {**_fields(config, SIZE_FIELDS), "pad_id": pad_id}
     dummy = np.ones((1, 2), "int32")
     if isinstance(config, TranslationConfig):
         from mintransformer.models.transformer import Transformer
@@ -66,7 +77,7 @@ def build_model(config: RunConfig, vocab_size: int, mixed_precision: bool = Fals
             **size,
             **_fields(config, TRANSFORMER_FIELDS),
             input_vocab_size=vocab_size,
-            target_vocab_size=vocab_size,
+            target_vocab_size=target_vocab_size or vocab_size,
             pe_input=config.max_length,
             pe_target=config.max_length,
             dtype=dtype,
@@ -116,7 +127,13 @@ def load_trained(
             requested = getattr(config, "mixed_precision", False)
             mixed_precision = choose_precision(requested)[0]
         try:
-            model = build_model(config, tokenizer.vocab_size, mixed_precision)
+            model = build_model(
+                config,
+                tokenizer.vocab_size,
+                mixed_precision,
+                tokenizer.pad_id,
+                getattr(tokenizer, "target_vocab_size", None),
+            )
         except ValueError as err:  # a setting the model refuses
             raise ValueError(f"{run.config_path}: {err}") from None
         checkpoints.load_variables(run.weights_path, model.weights)

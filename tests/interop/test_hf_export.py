@@ -1,0 +1,69 @@
+"""`mintransformer export --format hf`: transformers loads the folder and computes what we do."""
+
+import numpy as np
+import pytest
+
+from mintransformer.cli import main
+from mintransformer.data.numbers import english_words
+from mintransformer.inference.translator import Translator
+from tests.interop.helpers import hf_logits, hf_tokens, make_run, our_logits, our_tokens
+
+MAX_TOKENS = 20
+SENTENCES = [english_words(n) for n in range(7, 1_000_000, 49_999)][:20]
+
+
+@pytest.fixture(scope="module")
+def exported(trained_run, tmp_path_factory):
+    """`(translator, transformers model, transformers tokenizer)` of `trained_run`'s export."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("hf")
+    assert main(["export", "--format", "hf", "--run", str(trained_run), "-o", str(out)]) == 0
+    model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    translator = Translator.from_run(trained_run, max_output_length=MAX_TOKENS)
+    return translator, model, AutoTokenizer.from_pretrained(out)
+
+
+def test_the_class_matches_the_layout(exported, trained_run):
+    translator, model, _ = exported
+    pre_ln = translator.model.config["norm_first"]
+    expected = "PegasusForConditionalGeneration" if pre_ln else "MarianMTModel"
+    assert type(model).__name__ == expected
+
+
+def test_the_tokenizer_gives_our_ids(exported):
+    translator, _, tokenizer = exported
+    assert tokenizer(SENTENCES)["input_ids"] == translator.encode_sources(SENTENCES)
+    ids = translator.encode_sources(SENTENCES[:3])
+    assert tokenizer.batch_decode(ids, skip_special_tokens=True) == SENTENCES[:3]
+
+
+def test_logits_match(exported):
+    translator, model, _ = exported
+    pad = translator.tokenizer.pad_id
+    sources = translator.encode_sources(SENTENCES)
+    targets = [[translator.tokenizer.start_id, *t] for t in our_tokens(translator, sources, 1)]
+    from mintransformer.data.lengths import pad_batch
+
+    source, target = pad_batch(sources, pad_id=pad), pad_batch(targets, pad_id=pad)
+    ours = our_logits(translator.model, source, target, pad)
+    theirs = hf_logits(model, source, target, pad)
+    real = target != pad
+    assert np.abs(ours - theirs)[real].max() < 1e-4
+
+
+@pytest.mark.parametrize("beam_size", [1, 5])
+def test_generate_returns_our_tokens(exported, beam_size):
+    translator, model, _ = exported
+    sources = translator.encode_sources(SENTENCES)
+    ours = our_tokens(translator, sources, beam_size)
+    theirs = hf_tokens(model, sources, translator.tokenizer, beam_size, MAX_TOKENS)
+    assert sum(len(t) < MAX_TOKENS for t in ours) >= len(ours) // 4  # many translations end
+    assert theirs == ours
+
+
+def test_a_setting_no_class_expresses_is_refused(tmp_path, capsys):
+    run = make_run(tmp_path / "odd", "numbers", d_model=33, num_heads=3)
+    code = main(["export", "--format", "hf", "--run", str(run), "-o", str(tmp_path / "out")])
+    assert code == 2
+    assert "d_model=33" in capsys.readouterr().err
