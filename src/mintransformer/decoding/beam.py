@@ -101,9 +101,9 @@ def beam_search(
         `(sequences, scores)`: per source the best token-id list (without <s>/</s>)
         and its length-normalised log-probability.
     """
-    settings = dict(start_id=start_id, end_id=end_id, max_length=max_length, alpha=alpha)
-    ranked = beam_search_n_best(steps, source_ids, beam_size=beam_size, n_best=1, **settings)
-    return [best[0][0] for best in ranked], [best[0][1] for best in ranked]
+    options = BeamOptions(start_id, end_id, max_length, beam_size, alpha)
+    search = compiled_beam if getattr(steps, "compiled_loops", False) else python_beam
+    return search(steps, source_ids, options)
 
 
 def beam_search_n_best(
