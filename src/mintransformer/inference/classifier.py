@@ -19,8 +19,8 @@ from mintransformer.data.labelled import LabelSet, clean_text, encode_texts, rea
 from mintransformer.data.lengths import batch_by_length, pad_batch
 from mintransformer.inference.engines import (
     ONNX_HAS_NO_ATTENTION,
+    KerasProbabilities,
     classification_engine,
-    keras_probabilities,
 )
 from mintransformer.inference.streaming import map_lines
 
@@ -64,7 +64,7 @@ class Classifier:
     @classmethod
     def from_model(cls, model, tokenizer, config: ClassificationConfig) -> Classifier:
         """The classifier of a built Keras `TextClassifier` in memory."""
-        return cls(keras_probabilities(model), tokenizer, config)
+        return cls(KerasProbabilities(model), tokenizer, config)
 
     @classmethod
     def from_run(cls, path: str | Path, engine: str = "keras") -> Classifier:

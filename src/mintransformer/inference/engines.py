@@ -52,7 +52,7 @@ def classification_engine(path: str | Path, engine: str = "keras"):
     from mintransformer.runs.loading import load_trained
 
     model, tokenizer, config = load_trained(path, ClassificationConfig)
-    return keras_probabilities(model), tokenizer, config
+    return KerasProbabilities(model), tokenizer, config
 
 
 def generation_engine(path: str | Path, engine: str = "keras"):
@@ -96,11 +96,6 @@ class KerasProbabilities:
         from keras import ops
 
         return np.asarray(ops.convert_to_numpy(self._compiled(token_ids)))
-
-
-def keras_probabilities(model) -> KerasProbabilities:
-    """The Keras classification engine of a built `TextClassifier`."""
-    return KerasProbabilities(model)
 
 
 def keras_generation(model) -> Callable:
