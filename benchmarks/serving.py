@@ -6,9 +6,11 @@ For each server setting (keras or onnx engine; batching on: up to 32 sentences p
 decode, 5 ms wait; off: one request per decode) a server process is started on a free
 loopback port and sent `--requests` one-sentence greedy translate requests, spread over
 `--clients` concurrent clients (each sends its next request when the last is answered).
-Reported per run: sentences/s and the p50/p95/p99 latency of a request, and, as the
-ceiling, offline `Translator.translate(batch_size=32)` of the same sentences in this
-process. The sentences are the run's own test split (the first `--requests`).
+Reported per run: sentences/s and the p50/p95/p99 latency of a request, and its ratio to
+the ceiling, offline `Translator.translate(batch_size=32)` of the same sentences in this
+process. The baseline: `--cli N` sentences each translated by its own
+`mintransformer translate` process, as a user without a server would. The sentences are
+the run's own test split (the first `--requests`).
 """
 
 from __future__ import annotations
@@ -98,12 +100,29 @@ def offline(path: Path, texts: list[str]) -> float:
     return len(texts) / (time.perf_counter() - began)
 
 
+def cli_baseline(path: Path, texts: list[str]) -> dict:
+    """Sentences/s and median latency of one `mintransformer translate` process per text."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    latencies = []
+    for text in texts:
+        command = [sys.executable, "-m", "mintransformer", "translate", "--run", str(path), text]
+        began = time.perf_counter()
+        subprocess.run(command, env=env, check=True, capture_output=True)
+        latencies.append(time.perf_counter() - began)
+    return {
+        "sentences_per_s": round(len(texts) / sum(latencies), 3),
+        "p50_ms": round(float(np.median(latencies)) * 1000, 1),
+        "sentences": len(texts),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True)
     parser.add_argument("--onnx", type=Path, help="the run's export folder (adds onnx rows)")
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--clients", default="1,8,32")
+    parser.add_argument("--cli", type=int, default=3, help="sentences for the CLI baseline")
     parser.add_argument("--output", type=Path, help="also write the results as JSON")
     args = parser.parse_args()
 
@@ -114,7 +133,11 @@ def main() -> None:
     spec = read_task_config(args.run)["data"]
     texts = [source for source, _ in load_corpus(spec)["test"]][: args.requests]
     results = {"offline_batch32_sentences_per_s": round(offline(args.run, texts), 1), "runs": []}
-    print(f"offline translate(batch_size=32): {results['offline_batch32_sentences_per_s']} sent/s")
+    ceiling = results["offline_batch32_sentences_per_s"]
+    print(f"offline translate(batch_size=32): {ceiling} sent/s")
+    if args.cli:
+        results["cli_per_sentence"] = cli_baseline(args.run, texts[: args.cli])
+        print(f"one CLI process per sentence: {json.dumps(results['cli_per_sentence'])}")
     settings = [("keras", args.run)] + ([("onnx", args.onnx)] if args.onnx else [])
     for engine, path in settings:
         for batching in (True, False):
@@ -123,6 +146,7 @@ def main() -> None:
                 for clients in (int(c) for c in args.clients.split(",")):
                     row = asyncio.run(load(url, texts, clients))
                     row.update(engine=engine, batching=batching, startup_s=round(startup, 1))
+                    row["of_offline"] = round(row["sentences_per_s"] / ceiling, 3)
                     results["runs"].append(row)
                     print(json.dumps(row))
             finally:

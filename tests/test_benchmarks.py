@@ -276,3 +276,25 @@ def test_gemm_floor_writes_floors_and_our_steps(tmp_path):
     for config in "AB":
         (ours,) = report["steps"][config]
         assert ours["implementation"] == "ours" and ours["median_ms"] > 0
+
+
+@pytest.mark.slow
+def test_serving_benchmark_reports_each_server_setting_against_offline_and_the_cli(
+    tmp_path, trained_run
+):
+    output = tmp_path / "serving.json"
+    command = [sys.executable, "-m", "benchmarks.serving", "--run", str(trained_run.path)]
+    command += ["--requests", "6", "--clients", "1,2", "--cli", "1", "--output", str(output)]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
+
+    report = json.loads(output.read_text())
+    ceiling = report["offline_batch32_sentences_per_s"]
+    rows = report["runs"]
+    assert {(row["batching"], row["clients"]) for row in rows} == {
+        (batching, clients) for batching in (True, False) for clients in (1, 2)
+    }
+    for row in rows:
+        assert row["sentences_per_s"] > 0 and row["p50_ms"] <= row["p99_ms"]
+        assert row["of_offline"] == round(row["sentences_per_s"] / ceiling, 3)
+    assert report["cli_per_sentence"]["sentences"] == 1
+    assert report["cli_per_sentence"]["sentences_per_s"] > 0
