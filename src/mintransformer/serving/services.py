@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from mintransformer.data.token_stream import decode_text
 from mintransformer.serving.batching import Batcher
 from mintransformer.serving.buckets import Buckets
 from mintransformer.serving.limits import Limits, RequestError
@@ -292,7 +293,8 @@ class GenerationService(Service):
             token_id = getter.result()
             ids.append(token_id)
             # Decoding the whole prefix keeps subword spacing right; the new part is sent.
-            text = _stream_text(tokenizer, ids)
+            # The leading </s> stands for the prompt's start, which `decode_text` drops.
+            text = decode_text(tokenizer, [tokenizer.end_id, *ids])
             yield {"token": text[len(shown) :], "id": token_id}
             shown = text
         yield {"done": True, "text": await task}
@@ -307,18 +309,6 @@ def _distinct(hypotheses: list[tuple[str, float | None]]) -> list[tuple[str, flo
             seen.add(text)
             kept.append((text, score))
     return kept
-
-
-def _stream_text(tokenizer, ids: list[int]) -> str:
-    """Generated ids as text, </s> as a line break."""
-    lines, current = [], []
-    for token_id in ids:
-        if token_id == tokenizer.end_id:
-            lines.append(tokenizer.decode(current))
-            current = []
-        else:
-            current.append(token_id)
-    return "\n".join([*lines, tokenizer.decode(current)])
 
 
 def load_service(
