@@ -2,7 +2,7 @@
 
     git worktree add /tmp/mt-e61768f e61768f        # an earlier commit, as a baseline
     python -m benchmarks.translation_throughput --data ../shared/data/multi30k \\
-        --baseline /tmp/mt-e61768f --reference ../shared/reference/mt.py
+        --baseline /tmp/mt-e61768f --reference ../shared/reference/mt.py --precisions fp32,bf16
 
 Each implementation runs in its own process, one after the other, on the same machine:
 
@@ -13,11 +13,16 @@ Each implementation runs in its own process, one after the other, on the same ma
   start to its last step, so the data pipeline and epoch boundaries count and
   validation does not.
 - "reference" runs the hand-written PyTorch script's own benchmark (`--bench`: 5 warm-up
-  and `--reference-steps` timed steps of ~4096-token batches, fp32).
+  and `--reference-steps` timed steps of ~4096-token batches).
+
+`--precisions fp32,bf16` runs each implementation in both: ours with bf16 mixed precision
+(`mixed_bfloat16`), the reference with its `--bf16 1` autocast. The report then also gives
+ours in its faster precision against each peer in its faster one.
 
 Throughput is real tokens per second: non-padding source tokens plus non-padding target
 labels (every sentence + its end token on both sides), as the reference counts them. The
-report gives each implementation's median over `--repeats` runs and ours / theirs.
+report gives each implementation's median over `--repeats` runs, as a ratio to ours in the
+first precision given.
 """
 
 from __future__ import annotations
@@ -112,7 +117,12 @@ def child(args: argparse.Namespace) -> dict:
         for source, target in zip(sources, targets, strict=True)
         if max(len(source), len(target)) + 1 <= config.max_length
     )
-    model = build_model(config, tokenizer.vocab_size)
+    try:
+        model = build_model(config, tokenizer.vocab_size, mixed_precision=args.bf16)
+    except TypeError:  # checkouts whose build_model takes no precision
+        if args.bf16:
+            raise
+        model = build_model(config, tokenizer.vocab_size)
     # Newer checkouts return the model to fit (a trainer around `model`); older ones None.
     trainee = compile_model(model, config, len(train)) or model
 
@@ -148,13 +158,14 @@ def child(args: argparse.Namespace) -> dict:
     }
 
 
-def run_checkout(name: str, checkout: Path, args: argparse.Namespace) -> dict:
-    """Runs `child` in a subprocess on `checkout`'s source tree."""
+def run_checkout(name: str, checkout: Path, args: argparse.Namespace, bf16: bool) -> dict:
+    """Runs `child` in a subprocess on `checkout`'s source tree, in fp32 or bf16."""
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "report.json"
         command = [sys.executable, "-m", "benchmarks.translation_throughput", "--child"]
         command += ["--data", str(args.data), "--pairs", str(args.pairs)]
         command += ["--epochs", str(args.epochs), "--json", str(report)]
+        command += ["--bf16"] if bf16 else []
         env = {
             **STARTING_ENVIRONMENT,
             "PYTHONPATH": str(checkout / "src"),
@@ -170,17 +181,20 @@ def run_checkout(name: str, checkout: Path, args: argparse.Namespace) -> dict:
     return result
 
 
-def run_reference(script: Path, args: argparse.Namespace) -> dict:
-    """Runs the reference script's fp32 `--bench` and reads its result line."""
+def run_reference(script: Path, args: argparse.Namespace, bf16: bool) -> dict:
+    """Runs the reference script's `--bench` (fp32 or bf16 autocast), reads its result line."""
     with tempfile.TemporaryDirectory() as folder:
         command = [sys.executable, str(script), "--bench", str(args.reference_steps)]
-        command += ["--bf16", "0", "--out", folder]
+        command += ["--bf16", str(int(bf16)), "--out", folder]
         output = subprocess.run(command, capture_output=True, text=True, check=False).stdout
     found = re.search(r"^BENCH (\{.*\})$", output, re.M)
     if found is None:
         raise RuntimeError(f"the reference printed no BENCH line:\n{output[-2000:]}")
     result = json.loads(found.group(1))
-    print(f"reference: {result['tok_per_s']:,.0f} real tokens/s", flush=True)
+    print(
+        f"reference {'bf16' if bf16 else 'fp32'}: {result['tok_per_s']:,.0f} real tokens/s",
+        flush=True,
+    )
     return {"tokens_per_s": result["tok_per_s"], "sec_per_step": result["sec_per_step"]}
 
 
@@ -194,8 +208,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reference-steps", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--json", type=Path, default=RESULTS_DIR / "translation_throughput.json")
+    parser.add_argument(
+        "--precisions", default="fp32", help="comma-separated: fp32, bf16 (each runs every one)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.precisions = args.precisions.split(",")
+    if set(args.precisions) - {"fp32", "bf16"}:
+        parser.error(f"--precisions takes fp32 and bf16, got {','.join(args.precisions)}")
     if args.epochs < 2:
         parser.error("--epochs must be at least 2: the first epoch is not timed")
     return args
@@ -205,27 +226,40 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.child:
         return write_json(child(args), args.json)
-    runs: dict[str, list[dict]] = {"ours": []}
-    if args.baseline:
-        runs["baseline"] = []
-    if args.reference:
-        runs["reference"] = []
+    names = [("ours", REPO_ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
+    runs: dict[str, list[dict]] = {}
     for _ in range(args.repeats):  # interleaved, so drifts in machine load hit all alike
-        runs["ours"].append(run_checkout("ours", REPO_ROOT, args))
-        if args.baseline:
-            runs["baseline"].append(run_checkout("baseline", args.baseline, args))
-        if args.reference:
-            runs["reference"].append(run_reference(args.reference, args))
+        for precision in args.precisions:
+            bf16 = precision == "bf16"
+            for name, checkout in names:
+                key = f"{name} {precision}"
+                runs.setdefault(key, []).append(run_checkout(key, checkout, args, bf16))
+            if args.reference:
+                key = f"reference {precision}"
+                runs.setdefault(key, []).append(run_reference(args.reference, args, bf16))
     speeds = {name: median([r["tokens_per_s"] for r in results]) for name, results in runs.items()}
+    best = {
+        name: max(speeds[f"{name} {precision}"] for precision in args.precisions)
+        for name in ["ours"] + [n for n, _ in names[1:]] + (["reference"] if args.reference else [])
+    }
     rows = [
-        [name, f"{speed:,.0f}", f"{speeds['ours'] / speed:.2f}x"] for name, speed in speeds.items()
+        [name, f"{speed:,.0f}", f"{speed / speeds[f'ours {args.precisions[0]}']:.2f}x"]
+        for name, speed in speeds.items()
     ]
-    print(format_table(["implementation", "real tokens/s (median)", "ours / it"], rows))
+    print(
+        format_table(
+            ["implementation", "real tokens/s (median)", "/ ours " + args.precisions[0]], rows
+        )
+    )
+    for name, speed in best.items():
+        if name != "ours":
+            print(f"ours in its best precision / {name} in its best: {best['ours'] / speed:.2f}x")
     report = {
         "machine": machine(),
         "settings": {k: str(v) for k, v in vars(args).items() if k != "child"},
         "runs": runs,
         "median_tokens_per_s": speeds,
+        "best_precision_tokens_per_s": best,
     }
     write_json(report, args.json)
     return report

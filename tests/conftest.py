@@ -1,7 +1,9 @@
 """Shared pytest fixtures."""
 
 import contextlib
+import json
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 # Before Keras: the tests run TensorFlow as importing mintransformer sets it up (its
@@ -35,6 +37,31 @@ def shared_data_dir() -> Path:
     if path is None:
         pytest.skip(f"real data folder not found (set ${DATA_ENV_VAR} or create ../shared/data)")
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fp32_unless_asked(tmp_path_factory):
+    """Pins this machine's precision measurement to "bf16 does not pay", for the session.
+
+    The suite compares with float32 references, so a run whose config leaves the
+    precision to the machine must not switch to bf16 on a CPU where bf16 happens to
+    pay and stay in fp32 on another. The pinned entries sit in a cache folder of the
+    session's own (`$MINTRANSFORMER_CACHE`, which CLI subprocesses inherit), for every
+    backend; tests of the choice itself pass their own cache file and measurement.
+    """
+    from mintransformer.backend.precision import machine_key
+
+    folder = tmp_path_factory.mktemp("cache")
+    even = {"fp32_gflops": 1.0, "bf16_gflops": 1.0, "measured_at": datetime.now(UTC).isoformat()}
+    entries = {machine_key(backend=name): even for name in ("tensorflow", "jax", "torch")}
+    (folder / "precision.json").write_text(json.dumps(entries))
+    previous = os.environ.get("MINTRANSFORMER_CACHE")
+    os.environ["MINTRANSFORMER_CACHE"] = str(folder)
+    yield
+    if previous is None:
+        os.environ.pop("MINTRANSFORMER_CACHE", None)
+    else:
+        os.environ["MINTRANSFORMER_CACHE"] = previous
 
 
 @pytest.fixture

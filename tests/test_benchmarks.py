@@ -15,6 +15,7 @@ import pytest
 
 from benchmarks import (
     decoding,
+    decoding_precision,
     gemm_floor,
     kill_resume,
     step_ablation,
@@ -43,12 +44,37 @@ def test_train_step_writes_timings_for_ours(tmp_path):
     )
     timed = {row["config"] for row in report["results"]}
     skipped = {skip["config"] for skip in report["skipped"]}
-    assert "A" in timed and timed | skipped == {"A", "B"}
+    assert "A" in timed and timed | skipped == {"A", "B", "B16"}
     for row in report["results"]:
         assert row["implementation"] == "ours" and row["precision"] == "fp32"
         assert row["median_ms"] > 0 and row["tokens_per_s"] > 0 and row["gflops"] > 0
         assert row["fraction_of_peak"] > 0
         assert row["ratio_to_best_peer"] is None  # no peers were run
+
+
+def test_each_implementation_is_compared_in_its_faster_precision():
+    def row(implementation, backend, precision, ms, config="A"):
+        return dict(
+            config=config,
+            implementation=implementation,
+            backend=backend,
+            precision=precision,
+            median_ms=ms,
+        )
+
+    rows = [
+        row("ours", "tensorflow", "fp32", 400.0),
+        row("ours", "tensorflow", "bf16", 300.0),
+        row("ours", "jax", "fp32", 600.0),
+        row("keras-hub", "tensorflow", "fp32", 500.0),
+        row("keras-hub", "tensorflow", "bf16", 450.0),
+        row("torch", "torch-eager", "bf16", 420.0),
+        row("ours", "tensorflow", "fp32", 100.0, config="B"),  # no peer: no comparison
+    ]
+    (best,) = train_step.best_precision(rows)
+    assert best["ours"] == "ours [tensorflow] bf16" and best["ours_ms"] == 300.0
+    assert best["best_peer"] == "torch [torch-eager] bf16"
+    assert best["ratio"] == pytest.approx(1.4)
 
 
 def test_runners_are_timed_in_turns_and_failures_do_not_stop_the_others():
@@ -298,3 +324,24 @@ def test_serving_benchmark_reports_each_server_setting_against_offline_and_the_c
         assert row["of_offline"] == round(row["sentences_per_s"] / ceiling, 3)
     assert report["cli_per_sentence"]["sentences"] == 1
     assert report["cli_per_sentence"]["sentences_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_decoding_precision_benchmark_decodes_a_run_in_both_precisions(tmp_path, trained_run):
+    from mintransformer.data.corpora import load_corpus
+
+    test = load_corpus(trained_run.config().data)["test"][:12]
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("\n".join(source for source, _ in test) + "\n")
+    ref.write_text("\n".join(target for _, target in test) + "\n")
+    output = tmp_path / "decoding_precision.json"
+    decoding_precision.main(
+        ["--run", str(trained_run.path), "--src", str(src), "--ref", str(ref)]
+        + ["--batch-size", "4", "--beam", "2", "--rounds", "1", "--json", str(output)]
+    )
+    report = json.loads(output.read_text())["results"]
+    assert set(report) == {"greedy", "beam 2"}
+    for search in report.values():
+        assert set(search["sentences_per_s"]) == set(search["bleu"]) == {"fp32", "bf16"}
+        assert all(speed > 0 for speed in search["sentences_per_s"].values())
+        assert all(0.0 <= bleu <= 100.0 for bleu in search["bleu"].values())

@@ -58,13 +58,9 @@ def test_beam_search_on_the_demo_model_is_as_exact_as_greedy(demo_translator):
     assert beam >= greedy - 0.01, f"beam 4 {beam:.3f}, greedy {greedy:.3f}"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="with keras 3.15.1 / tensorflow-cpu 2.21 on a CPU without AMX, the post-LN recipe "
-    "reached 91.0% exact match in bf16 against fp32's 99.0%; the pre-LN recipe passed once. "
-    "Training picks bf16 only with AMX or a GPU",
-)
 def test_bf16_training_reaches_the_quality_of_fp32(tmp_path, demo_translator):
+    """The demo recipe in bf16 mixed precision (as chosen where bf16 products measure 1.3x
+    fp32), trained and decoded in bf16, against the same recipe in fp32."""
     bf16 = train_demo_recipe(tmp_path / "bf16", mixed_precision=True)
     assert bf16.model.compute_dtype == "bfloat16"
     fp32_exact, bf16_exact = exact_match(demo_translator), exact_match(bf16)

@@ -1,37 +1,137 @@
-"""The precision choice and the CPU flags it reads."""
+"""The precision choice: by a measured bf16 product where bf16 is possible, cached per machine."""
+
+import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from mintransformer.backend import precision
-from mintransformer.backend.precision import choose_precision, cpu_flags
+from mintransformer.backend.precision import (
+    Measurement,
+    choose_precision,
+    cpu_description,
+    cpu_flags,
+    machine_key,
+    measure_products,
+)
 
 pytestmark = pytest.mark.core
 
+AVX512_BF16 = {"avx512f", "avx512_bf16"}
 
-def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+
+class FakeMeasure:
+    """A measurement that returns fixed speeds and counts its calls."""
+
+    def __init__(self, fp32_gflops: float, bf16_gflops: float):
+        self.result = Measurement(fp32_gflops, bf16_gflops)
+        self.calls = 0
+
+    def __call__(self) -> Measurement:
+        self.calls += 1
+        return self.result
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    monkeypatch.setattr(precision, "has_accelerator", lambda: False)
+
+
+def test_cpu_flags_and_description_are_read_from_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16\n\n")
+    cpuinfo.write_text(
+        "processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC 9R14\n"
+        "stepping\t: 1\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16\n\n"
+        "processor\t: 1\nmodel name\t: another\n"
+    )
     assert {"avx512_bf16", "amx_bf16"} <= cpu_flags(cpuinfo)
     assert cpu_flags(tmp_path / "missing") == set()
+    assert cpu_description(cpuinfo) == "AMD EPYC 9R14 (cpu family 25, model 17, stepping 1)"
+    assert cpu_description(tmp_path / "missing") == "unknown CPU"
 
 
 @pytest.mark.parametrize(
-    ("flags", "bf16", "why"),
-    [
-        ({"avx512f", "avx512_bf16"}, False, "AVX-512-BF16 but no AMX"),
-        ({"avx2"}, False, "no AMX"),
-        ({"avx512_bf16", "amx_bf16", "amx_tile"}, True, "AMX"),
-    ],
+    ("fp32", "bf16", "chosen"), [(200.0, 410.0, True), (330.0, 166.0, False), (200.0, 250.0, False)]
 )
-def test_bf16_is_chosen_only_where_the_hardware_pays_for_it(monkeypatch, flags, bf16, why):
-    monkeypatch.setattr(precision, "has_accelerator", lambda: False)
-    chosen, reason = choose_precision(None, flags)
-    assert chosen is bf16 and why in reason
-    assert ("bf16" if bf16 else "fp32") in reason
+def test_bf16_is_chosen_where_the_measured_product_is_13x_faster(
+    tmp_path, cpu_only, fp32, bf16, chosen
+):
+    measure = FakeMeasure(fp32, bf16)
+    bf16_chosen, line = choose_precision(None, AVX512_BF16, measure, tmp_path / "p.json")
+    assert bf16_chosen is chosen
+    assert measure.calls == 1
+    speedup = f"{bf16 / fp32:.2f}x"
+    assert line.startswith(f"precision: {'bf16' if chosen else 'fp32'} (bf16 products {speedup}")
+    assert f"{bf16:.0f} against {fp32:.0f} GFLOP/s" in line
+    assert line.endswith("measured)") if chosen else "bf16 needs 1.3x" in line
 
 
-def test_a_requested_precision_wins_and_an_accelerator_means_bf16(monkeypatch):
-    assert choose_precision(True, set()) == (True, "precision: bf16 (as requested)")
-    assert choose_precision(False, {"amx_bf16"})[0] is False
+def test_the_measurement_is_cached_per_machine_and_backend(tmp_path, cpu_only, monkeypatch):
+    cache = tmp_path / "cache" / "precision.json"
+    measure = FakeMeasure(200.0, 400.0)
+    first = choose_precision(None, AVX512_BF16, measure, cache)
+    second = choose_precision(None, AVX512_BF16, measure, cache)
+    assert measure.calls == 1 and first[0] is second[0] is True
+    assert "measured)" in first[1] and "cached)" in second[1]
+    entry = json.loads(cache.read_text())[machine_key(AVX512_BF16)]
+    assert (entry["fp32_gflops"], entry["bf16_gflops"]) == (200.0, 400.0)
+
+    # Another backend version (or CPU) is another key: measured again, both kept.
+    monkeypatch.setattr(precision, "backend_version", lambda backend=None: "tensorflow 99.0")
+    assert choose_precision(None, AVX512_BF16, FakeMeasure(300.0, 150.0), cache)[0] is False
+    assert len(json.loads(cache.read_text())) == 2
+
+
+def test_a_stale_or_unreadable_cache_is_measured_again(tmp_path, cpu_only):
+    cache = tmp_path / "precision.json"
+    old = (datetime.now(UTC) - timedelta(days=precision.CACHE_MAX_AGE_DAYS + 1)).isoformat()
+    entry = {"fp32_gflops": 100.0, "bf16_gflops": 400.0, "measured_at": old}
+    cache.write_text(json.dumps({machine_key(AVX512_BF16): entry}))
+    measure = FakeMeasure(300.0, 150.0)
+    assert choose_precision(None, AVX512_BF16, measure, cache)[0] is False
+    assert measure.calls == 1
+
+    cache.write_text("{not json")
+    assert choose_precision(None, AVX512_BF16, measure, cache)[0] is False
+    assert measure.calls == 2
+    assert machine_key(AVX512_BF16) in json.loads(cache.read_text())  # rewritten whole
+
+
+def test_an_unwritable_cache_still_gives_a_choice(tmp_path, cpu_only):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    measure = FakeMeasure(200.0, 400.0)
+    assert choose_precision(None, AVX512_BF16, measure, blocker / "precision.json")[0] is True
+
+
+def test_a_cpu_without_bf16_instructions_is_not_measured(tmp_path, cpu_only):
+    measure = FakeMeasure(100.0, 1000.0)
+    chosen, line = choose_precision(None, {"avx2", "fma"}, measure, tmp_path / "p.json")
+    assert chosen is False and "no bf16 instructions" in line
+    assert measure.calls == 0 and not (tmp_path / "p.json").exists()
+
+
+def test_a_requested_precision_wins_and_an_accelerator_means_bf16(tmp_path, monkeypatch):
+    measure = FakeMeasure(100.0, 1000.0)
+    assert choose_precision(True, set(), measure) == (True, "precision: bf16 (as requested)")
+    assert choose_precision(False, AVX512_BF16, measure, tmp_path / "p.json") == (
+        False,
+        "precision: fp32 (as requested)",
+    )
+    assert measure.calls == 0
     monkeypatch.setattr(precision, "has_accelerator", lambda: True)
-    assert choose_precision(None, set())[0] is True
+    assert choose_precision(None, set(), measure)[0] is True
+
+
+def test_the_cache_folder_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINTRANSFORMER_CACHE", str(tmp_path / "mine"))
+    assert precision.cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv("MINTRANSFORMER_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert precision.cache_dir() == tmp_path / "xdg" / "mintransformer"
+
+
+def test_the_real_measurement_times_both_precisions_on_the_backend():
+    measurement = measure_products(size=128, repeats=1)
+    assert measurement.fp32_gflops > 0 and measurement.bf16_gflops > 0
+    assert measurement.speedup == pytest.approx(measurement.bf16_gflops / measurement.fp32_gflops)

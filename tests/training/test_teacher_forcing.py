@@ -62,6 +62,33 @@ def test_projected_cross_entropy_matches_a_float64_reference(with_bias, eps):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def test_projected_cross_entropy_in_bf16_is_close_to_float64_and_returns_float32():
+    """Under mixed precision the hidden states are bf16: the (rows, vocab) products and the
+    softmax run in bf16, the sums and the gradients stay float32."""
+    rng = np.random.default_rng(5)
+    hidden = rng.normal(size=(64, 16)).astype("float32")
+    kernel = (0.5 * rng.normal(size=(16, 50))).astype("float32")
+    bias = (0.1 * rng.normal(size=(50,))).astype("float32")
+    labels = rng.integers(0, 50, size=64)
+
+    def loss_sum(hidden, kernel, bias):
+        bf16_hidden = keras.ops.cast(hidden, "bfloat16")
+        loss, _, _ = projected_cross_entropy(bf16_hidden, kernel, bias, labels, EPS, pad_id=0)
+        assert keras.backend.standardize_dtype(loss.dtype) == "float32"
+        return loss
+
+    value, gradients = value_and_gradients(loss_sum, hidden, kernel, bias)
+    # The reference sees the operands as bf16 rounds them.
+    rounded = [
+        to_numpy(keras.ops.cast(keras.ops.cast(a, "bfloat16"), "float32")) for a in (hidden, kernel)
+    ]
+    want_value, _, _, want_gradients = reference(*rounded, bias, labels, EPS)
+    assert float(value) == pytest.approx(want_value, rel=1e-2)
+    for got, want in zip(gradients, want_gradients, strict=True):
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, want, atol=2e-2 * np.abs(want).max())
+
+
 def test_projected_cross_entropy_stays_finite_when_a_label_has_probability_zero():
     """Logits hundreds apart: p[label] underflows float32, the loss must still be exact."""
     rng = np.random.default_rng(4)

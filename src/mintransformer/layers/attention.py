@@ -19,6 +19,7 @@ from mintransformer.core import checks
 from mintransformer.layers.arguments import config_with
 from mintransformer.layers.dropout import Dropout
 from mintransformer.layers.masks import check_attention_mask
+from mintransformer.layers.per_position import per_position
 
 # Added to masked scores before the softmax; scores are float32 there, so this is safe.
 _MASKED_SCORE = -1e9
@@ -179,7 +180,10 @@ class MultiHeadAttention(keras.layers.Layer):
     def project_key_value(self, key, value=None):
         """Projects and splits keys and values once, e.g. an encoder output for decoding."""
         value = key if value is None else value
-        return self.split_heads(self.key_dense(key)), self.split_heads(self.value_dense(value))
+        return (
+            self.split_heads(per_position(self.key_dense, key)),
+            self.split_heads(per_position(self.value_dense, value)),
+        )
 
     def call(
         self,
@@ -201,17 +205,17 @@ class MultiHeadAttention(keras.layers.Layer):
         keys, values = key_value
         if attention_mask is not None:
             attention_mask = check_attention_mask(attention_mask)
-        queries = self.split_heads(self.query_dense(query))
+        queries = self.split_heads(per_position(self.query_dense, query))
         dropout_active = training and self.dropout_rate > 0
         if not (return_attention_weights or dropout_active) and prefers_fused_attention():
             attended = fused_attention(queries, keys, values, attention_mask)
-            return self.output_dense(self.merge_heads(attended))
+            return per_position(self.output_dense, self.merge_heads(attended))
         weights = attention_weights(queries, keys, attention_mask, return_attention_weights)
         dropped = self.weights_dropout(ops.cast(weights, values.dtype), training=training)
         attended = ops.matmul(dropped, values)
         if attention_mask is not None and not return_attention_weights:
             attended = attended * has_keys(attention_mask, attended.dtype)
-        output = self.output_dense(self.merge_heads(attended))
+        output = per_position(self.output_dense, self.merge_heads(attended))
         if return_attention_weights:
             return output, weights
         return output

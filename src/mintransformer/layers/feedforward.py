@@ -6,6 +6,7 @@ import keras
 
 from mintransformer.core import checks
 from mintransformer.layers.arguments import config_with
+from mintransformer.layers.per_position import per_position
 
 ACTIVATIONS = {
     "relu": keras.activations.relu,
@@ -55,7 +56,11 @@ class FeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, x):
-        return self.outer(ACTIVATIONS[self.activation](self.inner(x)))
+        return per_position(self.rows, x)
+
+    def rows(self, rows):
+        """The network on `(rows, d_model)` -> `(rows, d_model)`."""
+        return self.outer(ACTIVATIONS[self.activation](self.inner(rows)))
 
     def get_config(self):
         return config_with(super().get_config(), self, self.ARGUMENTS)

@@ -185,12 +185,14 @@ class Transformer(keras.Model):
         return self.output_projection.kernel, self.output_projection.bias
 
     def project(self, hidden):
-        """Decoder output `(batch, length, d_model)` -> float32 vocabulary logits."""
-        if self.output_projection is None:
-            logits = self.decoder.embedding.logits(hidden)
-        else:
-            logits = self.output_projection(hidden)
-        return ops.cast(logits, "float32")
+        """Decoder output `(batch, length, d_model)` -> float32 vocabulary logits.
+
+        The product is float32 under mixed precision too: bf16 logits keep 8 bits, and
+        the searches' choices between close candidates would follow their rounding.
+        """
+        kernel, bias = self.output_weights()
+        logits = ops.matmul(ops.cast(hidden, "float32"), ops.cast(kernel, "float32"))
+        return logits if bias is None else logits + ops.cast(bias, "float32")
 
     def hidden_states(
         self,

@@ -53,8 +53,15 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
     gradients of `hidden`, `kernel` and `bias` are multiplied out in the forward
     pass, so backpropagation only scales them.
 
+    The `(rows, vocab)` work (the logits, their softmax and the two products
+    with it) runs in `hidden`'s dtype: bf16 under mixed precision, as every
+    other product of the model does there; the logits of a bf16 product are
+    bf16 already, so a float32 softmax of them would only cost time. The
+    per-row sums and the returned gradients are float32.
+
     Args:
-        hidden: `(rows, d_model)` decoder outputs; computed in float32.
+        hidden: `(rows, d_model)` decoder outputs (float32, or bfloat16 under
+            mixed precision).
         kernel: `(d_model, vocab)` output projection.
         bias: `(vocab,)`, or None.
         labels: int `(rows,)`.
@@ -70,20 +77,31 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
     labels = ops.cast(labels, "int32")
     real = ops.cast(ops.not_equal(labels, pad_id), "float32")
     vocab = int(kernel.shape[1])
-    parameters = [ops.cast(hidden, "float32"), ops.cast(kernel, "float32")]
+    product_dtype = keras.backend.standardize_dtype(hidden.dtype)
+
+    def in_product_dtype(x):
+        return ops.cast(x, product_dtype)
+
+    def to_float32(x):
+        return ops.cast(x, "float32")
+
+    parameters = [to_float32(hidden), to_float32(kernel)]
     if bias is not None:
-        parameters.append(ops.cast(bias, "float32"))
+        parameters.append(to_float32(bias))
 
     @ops.custom_gradient
     def summed(labels, real, hidden, kernel, *bias):
-        logits = ops.matmul(hidden, kernel)
+        product_kernel = in_product_dtype(kernel)
+        logits = ops.matmul(in_product_dtype(hidden), product_kernel)
         if bias:
-            logits = logits + bias[0]
+            logits = logits + in_product_dtype(bias[0])
         probabilities = ops.softmax(logits, axis=-1)
         best = argmax_last_axis(logits)
         # logsumexp(z) = z[best] - log p[best], and p[best] >= 1 / vocab cannot underflow.
-        log_sum = row_entries(logits, best) - ops.log(row_entries(probabilities, best))
-        true_logit = row_entries(logits, labels)
+        log_sum = to_float32(row_entries(logits, best)) - ops.log(
+            to_float32(row_entries(probabilities, best))
+        )
+        true_logit = to_float32(row_entries(logits, labels))
         label_columns = ops.transpose(ops.take(kernel, labels, axis=1))  # (rows, d_model)
         mean_column = ops.mean(kernel, axis=1)  # (d_model,)
         mean_logit = ops.matmul(hidden, mean_column)
@@ -99,19 +117,22 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
         # the softmax goes through the matrix products, the rest is applied to them directly.
         real_hidden = hidden * real[:, None]
         d_hidden = real[:, None] * (
-            ops.matmul(probabilities, ops.transpose(kernel))
+            to_float32(ops.matmul(probabilities, ops.transpose(product_kernel)))
             + (eps - 1.0) * label_columns
             - eps * mean_column
         )
         d_kernel = (
-            ops.matmul(ops.transpose(real_hidden), probabilities)
+            to_float32(ops.matmul(ops.transpose(in_product_dtype(real_hidden)), probabilities))
             + (eps - 1.0) * ops.transpose(ops.segment_sum(real_hidden, labels, num_segments=vocab))
             - (eps / vocab) * ops.sum(real_hidden, axis=0)[:, None]
         )
         gradients = [d_hidden, d_kernel]
         if bias:
             label_counts = ops.segment_sum(real, labels, num_segments=vocab)
-            d_bias = ops.matmul(real, probabilities) + (eps - 1.0) * label_counts
+            d_bias = (
+                to_float32(ops.matmul(in_product_dtype(real), probabilities))
+                + (eps - 1.0) * label_counts
+            )
             gradients.append(d_bias - (eps / vocab) * ops.sum(real))
 
         def gradient(*args, upstream=None):
