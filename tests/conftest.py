@@ -99,7 +99,9 @@ def value_and_gradients(fn, *arrays):
     else:
         import torch
 
-        tensors = [torch.tensor(array, requires_grad=True) for array in arrays]
+        # On the device Keras puts its own tensors on (a GPU where there is one).
+        device = keras.ops.convert_to_tensor(0.0).device
+        tensors = [torch.tensor(array, requires_grad=True, device=device) for array in arrays]
         value = fn(*tensors)
         value.backward()
         gradients = [tensor.grad for tensor in tensors]
