@@ -1,7 +1,7 @@
 """Choosing fp32 or bf16 mixed precision for the hardware at hand, by measuring it.
 
 The CPU flags do not decide it. Two CPUs that both list `avx512_bf16` can
-multiply bf16 matrices at twice the fp32 speed or at half of it, so where bf16
+multiply bf16 matrices faster than fp32 or slower, so where bf16
 is possible at all, a short matrix product is timed in both precisions on the
 active backend and bf16 is chosen where it is at least `BF16_MIN_SPEEDUP` times
 faster. The answer is cached per machine (CPU model, flags and core count) and
@@ -27,7 +27,7 @@ import keras
 from mintransformer.core.files import atomic_write
 
 BF16_MIN_SPEEDUP = 1.3
-PRODUCT_SIZE = 1024  # a (1024, 1024) @ (1024, 1024) product: 2 GFLOP, ~10 ms in fp32
+PRODUCT_SIZE = 1024  # a (1024, 1024) @ (1024, 1024) product: 2 GFLOP
 CACHE_MAX_AGE_DAYS = 30
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86 AVX-512 / AMX, Arm
 
