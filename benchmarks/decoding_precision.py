@@ -16,6 +16,7 @@ on those sentences (`--ref`), with bf16's difference from fp32.
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
 from benchmarks.common import (
@@ -63,19 +64,18 @@ def main(argv: list[str] | None = None) -> dict:
     rows, report = [], {}
     for search, beam in (("greedy", 1), (f"beam {args.beam}", args.beam)):
 
-        def builder(name: str, search=search, beam=beam):
+        def runner(name: str, search: str = search, beam: int = beam):
+            """One pass over the sentences with `name`'s translator, keeping its output."""
+
             def translate():
                 hypotheses[f"{search} {name}"] = translators[name].translate(
                     sources, beam_size=beam, alpha=args.alpha, batch_size=args.batch_size
                 )
 
-            return lambda: translate
+            return translate
 
-        timed = time_in_turns(
-            {name: (lambda name=name: builder(name)()) for name in translators},
-            steps=args.rounds,
-            warmup=1,
-        )
+        builders = {name: functools.partial(runner, name) for name in translators}
+        timed = time_in_turns(builders, steps=args.rounds, warmup=1)
         speeds = {
             name: len(sources) / (median(times) / 1000.0) for name, (times, _) in timed.items()
         }

@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> dict:
     speeds = {name: median([r["tokens_per_s"] for r in results]) for name, results in runs.items()}
     best = {
         name: max(speeds[f"{name} {precision}"] for precision in args.precisions)
-        for name in ["ours"] + [n for n, _ in names[1:]] + (["reference"] if args.reference else [])
+        for name in [name for name, _ in names] + (["reference"] if args.reference else [])
     }
     rows = [
         [name, f"{speed:,.0f}", f"{speed / speeds[f'ours {args.precisions[0]}']:.2f}x"]

@@ -55,13 +55,9 @@ def _fp32_unless_asked(tmp_path_factory):
     even = {"fp32_gflops": 1.0, "bf16_gflops": 1.0, "measured_at": datetime.now(UTC).isoformat()}
     entries = {machine_key(backend=name): even for name in ("tensorflow", "jax", "torch")}
     (folder / "precision.json").write_text(json.dumps(entries))
-    previous = os.environ.get("MINTRANSFORMER_CACHE")
-    os.environ["MINTRANSFORMER_CACHE"] = str(folder)
-    yield
-    if previous is None:
-        os.environ.pop("MINTRANSFORMER_CACHE", None)
-    else:
-        os.environ["MINTRANSFORMER_CACHE"] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MINTRANSFORMER_CACHE", str(folder))
+        yield
 
 
 @pytest.fixture
