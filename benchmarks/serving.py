@@ -2,15 +2,16 @@
 
     python -m benchmarks.serving --run runs/numbers [--onnx runs/numbers/onnx]
 
-For each server setting (keras or onnx engine; batching on: up to 32 sentences per
-decode, 5 ms wait; off: one request per decode) a server process is started on a free
-loopback port and sent `--requests` one-sentence greedy translate requests, spread over
-`--clients` concurrent clients (each sends its next request when the last is answered).
-Reported per run: sentences/s and the p50/p95/p99 latency of a request, and its ratio to
-the ceiling, offline `Translator.translate(batch_size=32)` of the same sentences in this
-process. The baseline: `--cli N` sentences each translated by its own
-`mintransformer translate` process, as a user without a server would. The sentences are
-the run's own test split (the first `--requests`).
+For each server setting (keras or onnx engine; batching on: up to 32 sentences per decode,
+5 ms wait; off: one request per decode) a server process is started on a free loopback port
+and sent `--requests` one-sentence greedy translate requests, spread over `--clients`
+concurrent clients (each sends its next request when the last is answered). Reported per
+run: sentences/s and the p50/p95/p99 latency of a request, its ratio to the ceiling,
+offline `Translator.translate(batch_size=32)` of the same sentences on the same engine in
+this process, and how many answers differ from that offline translation. The baseline:
+`--cli N` sentences each translated by its own `mintransformer translate` process, as a
+user without a server would. The sentences are the run's own test split (the first
+`--requests`).
 """
 
 from __future__ import annotations
@@ -59,20 +60,23 @@ def start_server(path: Path, engine: str, batching: bool) -> tuple[subprocess.Po
             time.sleep(0.5)
 
 
-async def load(url: str, texts: list[str], clients: int) -> dict:
-    """Sends each text as one request from `clients` concurrent clients."""
+async def load(url: str, texts: list[str], clients: int) -> tuple[dict, list[str]]:
+    """Sends each text as one request from `clients` concurrent clients; the figures and
+    the translations, in the order of `texts`."""
     import httpx
 
     latencies: list[float] = []
-    queue = list(reversed(texts))
+    answers = [""] * len(texts)
+    queue = list(reversed(range(len(texts))))
 
     async def client(session: httpx.AsyncClient) -> None:
         while queue:
-            text = queue.pop()
+            index = queue.pop()
             began = time.perf_counter()
-            response = await session.post("/api/translate", json={"texts": [text]})
+            response = await session.post("/api/translate", json={"texts": [texts[index]]})
             response.raise_for_status()
             latencies.append(time.perf_counter() - began)
+            answers[index] = response.json()["results"][0]["translation"]
 
     limits = httpx.Limits(max_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as session:
@@ -80,24 +84,26 @@ async def load(url: str, texts: list[str], clients: int) -> dict:
         await asyncio.gather(*(client(session) for _ in range(clients)))
         seconds = time.perf_counter() - began
     p50, p95, p99 = np.percentile(np.array(latencies) * 1000, [50, 95, 99])
-    return {
+    row = {
         "clients": clients,
         "sentences_per_s": round(len(texts) / seconds, 1),
         "p50_ms": round(float(p50), 1),
         "p95_ms": round(float(p95), 1),
         "p99_ms": round(float(p99), 1),
     }
+    return row, answers
 
 
-def offline(path: Path, texts: list[str]) -> float:
-    """Sentences/s of `Translator.translate(batch_size=32)` (after one warm-up pass)."""
+def offline(path: Path, texts: list[str], engine: str) -> tuple[float, list[str]]:
+    """Sentences/s of `Translator.translate(batch_size=32)` on `engine` (after one warm-up
+    pass), and its translations."""
     from mintransformer import Translator
 
-    translator = Translator.from_run(path)
+    translator = Translator.from_run(path, engine=engine)
     translator.translate(texts, batch_size=32)
     began = time.perf_counter()
-    translator.translate(texts, batch_size=32)
-    return len(texts) / (time.perf_counter() - began)
+    translations = translator.translate(texts, batch_size=32)
+    return len(texts) / (time.perf_counter() - began), translations
 
 
 def cli_baseline(path: Path, texts: list[str]) -> dict:
@@ -132,21 +138,25 @@ def main() -> None:
 
     spec = read_task_config(args.run)["data"]
     texts = [source for source, _ in load_corpus(spec)["test"]][: args.requests]
-    results = {"offline_batch32_sentences_per_s": round(offline(args.run, texts), 1), "runs": []}
-    ceiling = results["offline_batch32_sentences_per_s"]
-    print(f"offline translate(batch_size=32): {ceiling} sent/s")
+    results: dict = {"offline_batch32": {}, "runs": []}
     if args.cli:
         results["cli_per_sentence"] = cli_baseline(args.run, texts[: args.cli])
         print(f"one CLI process per sentence: {json.dumps(results['cli_per_sentence'])}")
     settings = [("keras", args.run)] + ([("onnx", args.onnx)] if args.onnx else [])
     for engine, path in settings:
+        ceiling, expected = offline(path, texts, engine)
+        results["offline_batch32"][engine] = round(ceiling, 1)
+        print(f"{engine}: offline translate(batch_size=32): {ceiling:.1f} sent/s")
         for batching in (True, False):
             process, url, startup = start_server(path, engine, batching)
             try:
                 for clients in (int(c) for c in args.clients.split(",")):
-                    row = asyncio.run(load(url, texts, clients))
+                    row, answers = asyncio.run(load(url, texts, clients))
                     row.update(engine=engine, batching=batching, startup_s=round(startup, 1))
                     row["of_offline"] = round(row["sentences_per_s"] / ceiling, 3)
+                    row["differ_from_offline"] = sum(
+                        a != b for a, b in zip(answers, expected, strict=True)
+                    )
                     results["runs"].append(row)
                     print(json.dumps(row))
             finally:

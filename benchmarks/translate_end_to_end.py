@@ -1,22 +1,35 @@
-"""Benchmark: translating a test set end to end, the Keras engine against the ONNX exports.
+"""Benchmark: translating a test set end to end, our engines against CTranslate2.
 
-    mintransformer export --run R && mintransformer export --run R --int8 -o R/onnx-int8
     python -m benchmarks.translate_end_to_end --run R \\
         --src ../shared/data/multi30k/test_2016_flickr.en \\
-        --ref ../shared/data/multi30k/test_2016_flickr.fr --batches 1,32
+        --ref ../shared/data/multi30k/test_2016_flickr.fr --batches 1,32 --beams 1,4
 
-Each engine runs in a fresh process, one after the other: "keras" (the run's weights, its
-search compiled with XLA on TensorFlow), "onnx" (`R/onnx`, fp32) and "onnx-int8"
-(`R/onnx-int8`). For each, the report separates:
+Each engine runs in a fresh process, one after the other:
 
-- start-up: importing the engine and `Translator.from_run` (for the onnx engines, no Keras);
-- per batch size, two passes of `Translator.translate` over every source, greedy (or
-  `--beam`): the first includes whatever the engine compiles on first use (XLA compiles
-  once per input shape), the second is warm. Both are quoted; the ratios use each.
+- "keras" and "keras-bf16": the run's weights in our layers, fp32 or bf16 mixed
+  precision, the search compiled with XLA on TensorFlow;
+- "onnx" and "onnx-int8": `R/onnx` and `R/onnx-int8` (exported here if missing) on
+  onnxruntime, without Keras;
+- "ct2" and "ct2-int8": CTranslate2 on the run's Hugging Face export (`R/hf`, written
+  here if missing) converted by CTranslate2's converter (`R/ct2`, `R/ct2-int8`); the
+  text goes through the export's own `tokenizer.json` with the `tokenizers` library, as
+  a user of that folder would (a run with a SentencePiece tokenizer is not covered).
 
-The hypotheses of each pass are scored with sacreBLEU (BLEU and chrF) against `--ref`
-when given, so a faster engine that translates differently shows it. Ratios are keras /
-engine: above 1, the engine is faster.
+Every engine gets the machine's usable cores as its intra-op threads and one inter-op
+thread. For each, the report separates:
+
+- start-up: importing the engine and loading the model;
+- per batch size and beam size, two passes over every source: the first includes
+  whatever the engine compiles on first use (XLA compiles once per input shape), the
+  second is warm. Each gives sentences/s and output tokens/s (the run's tokenizer
+  re-encodes each translation, `</s>` counted, so every engine is counted alike);
+- peak resident memory of the process.
+
+Each pass is scored with sacreBLEU (BLEU and chrF) against `--ref` and counts the
+translations equal to the keras engine's, so an engine that translates differently shows
+it. Beam search: our length penalty is GNMT's ((5 + length) / 6) ** alpha, CTranslate2's
+is length ** alpha; both are off at `--alpha 0`, where the two searches agree. Ratios are
+keras time / engine time: above 1, the engine is faster.
 """
 
 from __future__ import annotations
@@ -26,42 +39,133 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, format_table, machine, write_json
 
-ENGINES = {"keras": ("keras", ""), "onnx": ("onnx", "onnx"), "onnx-int8": ("onnx", "onnx-int8")}
+ENGINES = ("keras", "keras-bf16", "onnx", "onnx-int8", "ct2", "ct2-int8")
+Translate = Callable[[list[str], int, int, float], list[str]]
+
+
+def open_ours(run: Path, engine: str) -> Translate:
+    from mintransformer.inference.translator import Translator
+
+    if engine.startswith("keras"):
+        translator = Translator.from_run(run, mixed_precision=engine == "keras-bf16")
+    else:
+        translator = Translator.from_run(run / engine, engine="onnx")
+
+    def translate(sources, batch, beam, alpha):
+        return translator.translate(sources, batch_size=batch, beam_size=beam, alpha=alpha)
+
+    return translate
+
+
+def open_ctranslate2(run: Path, engine: str) -> Translate:
+    import ctranslate2
+    from tokenizers import Tokenizer
+
+    from mintransformer.data.text import normalize_text
+    from mintransformer.export.onnx_engine import usable_cores
+
+    tokenizer = Tokenizer.from_file(str(run / "hf" / "tokenizer.json"))
+    model = ctranslate2.Translator(
+        str(run / engine), device="cpu", inter_threads=1, intra_threads=usable_cores()
+    )
+    hf_config = json.loads((run / "hf" / "config.json").read_text())
+
+    def translate(sources, batch, beam, alpha):
+        encoded = tokenizer.encode_batch([normalize_text(s) for s in sources])
+        results = model.translate_batch(
+            [row.tokens for row in encoded],
+            max_batch_size=batch,
+            beam_size=beam,
+            length_penalty=alpha,
+            max_decoding_length=hf_config["max_position_embeddings"],
+        )
+        ids = [[tokenizer.token_to_id(t) for t in r.hypotheses[0]] for r in results]
+        return tokenizer.decode_batch(ids, skip_special_tokens=True)
+
+    return translate
 
 
 def measure(args: argparse.Namespace) -> dict:
-    """In this process: start-up and two passes per batch size for `args.engine`."""
+    """In this process: start-up and two passes per batch and beam size for `args.engine`."""
     started = time.perf_counter()
-    from mintransformer.inference.translator import Translator
-
-    engine, folder = ENGINES[args.engine]
-    path = Path(args.run) / folder if folder else Path(args.run)
-    translator = Translator.from_run(path, engine=engine)
+    run = Path(args.run)
+    opener = open_ctranslate2 if args.engine.startswith("ct2") else open_ours
+    translate = opener(run, args.engine)
     report = {"engine": args.engine, "startup_s": time.perf_counter() - started, "passes": []}
     sources = Path(args.src).read_text(encoding="utf-8").splitlines()[: args.limit or None]
-    references = None
-    if args.ref:
-        references = Path(args.ref).read_text(encoding="utf-8").splitlines()[: len(sources)]
-    for batch in (int(b) for b in args.batches.split(",")):
-        for attempt in ("first", "again"):
-            start = time.perf_counter()
-            hypotheses = translator.translate(
-                sources, batch_size=batch, beam_size=args.beam, alpha=args.alpha
-            )
-            seconds = time.perf_counter() - start
-            entry = {"batch": batch, "pass": attempt, "seconds": seconds}
-            if references is not None:
-                import sacrebleu
+    for beam in (int(b) for b in args.beams.split(",")):
+        for batch in (int(b) for b in args.batches.split(",")):
+            for attempt in ("first", "again"):
+                start = time.perf_counter()
+                hypotheses = translate(sources, batch, beam, args.alpha)
+                seconds = time.perf_counter() - start
+                entry = {"batch": batch, "beam": beam, "pass": attempt, "seconds": seconds}
+                print(json.dumps(entry), file=sys.stderr, flush=True)
+                report["passes"].append({**entry, "hypotheses": hypotheses})
+    report["peak_rss_mib"] = peak_rss_mib()
+    return report
 
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory. `VmHWM` starts afresh at exec, where
+    `getrusage`'s `ru_maxrss` keeps the parent's peak from before the fork."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def prepare_export(run: Path, engine: str) -> None:
+    """Writes the folder `engine` reads (`run/onnx`, `run/ct2-int8`, ...) where missing;
+    the CTranslate2 ones are converted from the Hugging Face export `run/hf`."""
+    int8 = engine.endswith("int8")
+    if engine.startswith("onnx") and not (run / engine / "manifest.json").is_file():
+        from mintransformer.export.onnx_graphs import export_run
+
+        export_run(run, run / engine, int8=int8)
+    if engine.startswith("ct2") and not (run / engine / "model.bin").is_file():
+        from mintransformer.interop import ct2_export, hf_export
+
+        if not (run / "hf" / "config.json").is_file():
+            hf_export.export_run(run, run / "hf")
+        ct2_export.convert(run / "hf", run / engine, quantization="int8" if int8 else None)
+
+
+def score_passes(reports: list[dict], run: Path, ref: str | None) -> None:
+    """Adds sentences/s, tokens/s, BLEU/chrF and agreement with keras to every pass, and
+    drops the translations."""
+    import sacrebleu
+
+    from mintransformer.runs.directory import RunDirectory
+
+    tokenizer = RunDirectory.open(run).tokenizer()
+    keras = {
+        (p["batch"], p["beam"], p["pass"]): p["hypotheses"]
+        for r in reports
+        if r["engine"] == "keras"
+        for p in r["passes"]
+    }
+    for report in reports:
+        for entry in report["passes"]:
+            hypotheses = entry.pop("hypotheses")
+            tokens = sum(len(ids) + 1 for ids in tokenizer.encode_batch(hypotheses))
+            entry["sentences_per_s"] = len(hypotheses) / entry["seconds"]
+            entry["tokens_per_s"] = tokens / entry["seconds"]
+            reference = keras.get((entry["batch"], entry["beam"], entry["pass"]))
+            if reference is not None:
+                entry["same_as_keras"] = sum(
+                    a == b for a, b in zip(hypotheses, reference, strict=True)
+                )
+            if ref:
+                references = Path(ref).read_text(encoding="utf-8").splitlines()
+                references = references[: len(hypotheses)]
                 entry["bleu"] = sacrebleu.corpus_bleu(hypotheses, [references]).score
                 entry["chrf"] = sacrebleu.corpus_chrf(hypotheses, [references]).score
-            report["passes"].append(entry)
-            print(json.dumps(entry), flush=True)
-    return report
 
 
 def run_engines(args: argparse.Namespace) -> dict:
@@ -70,13 +174,15 @@ def run_engines(args: argparse.Namespace) -> dict:
     for engine in args.engines.split(","):
         if engine not in ENGINES:
             raise SystemExit(f"unknown engine {engine!r}: choose from {', '.join(ENGINES)}")
+        prepare_export(Path(args.run), engine)
         command = [sys.executable, "-m", "benchmarks.translate_end_to_end", *args.argv]
         command += ["--child", "--engines", engine]
-        output = subprocess.run(command, capture_output=True, text=True, check=False)
+        output = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
         lines = [line for line in output.stdout.splitlines() if line.startswith("{")]
         if output.returncode != 0 or not lines:
-            raise SystemExit(f"{engine} failed:\n{output.stderr[-3000:]}")
+            raise SystemExit(f"{engine} failed (exit {output.returncode})")
         reports.append(json.loads(lines[-1]))
+    score_passes(reports, Path(args.run), args.ref)
     return {
         "benchmark": "translate_end_to_end",
         "meta": {"argv": args.argv, "machine": machine(), "sources": args.src},
@@ -85,28 +191,32 @@ def run_engines(args: argparse.Namespace) -> dict:
 
 
 def table(report: dict) -> str:
-    """Start-up, pass times, BLEU and keras / engine ratios."""
+    """Start-up, memory, per pass sentences/s, tokens/s, BLEU, agreement and ratios."""
     keras_seconds = {
-        (entry["batch"], entry["pass"]): entry["seconds"]
+        (p["batch"], p["beam"], p["pass"]): p["seconds"]
         for result in report["results"]
         if result["engine"] == "keras"
-        for entry in result["passes"]
+        for p in result["passes"]
     }
     rows = []
     for result in report["results"]:
-        rows.append([result["engine"], "start-up", "", f"{result['startup_s']:.1f} s", ""])
-        for entry in result["passes"]:
-            keras = keras_seconds.get((entry["batch"], entry["pass"]))
+        startup = f"start-up {result['startup_s']:.1f} s, peak {result['peak_rss_mib']:.0f} MiB"
+        rows.append([result["engine"], startup, "", "", "", "", ""])
+        for p in result["passes"]:
+            keras = keras_seconds.get((p["batch"], p["beam"], p["pass"]))
             rows.append(
                 [
                     result["engine"],
-                    f"batch {entry['batch']}, {entry['pass']}",
-                    f"{entry['bleu']:.2f} / {entry['chrf']:.2f}" if "bleu" in entry else "",
-                    f"{entry['seconds']:.1f} s",
-                    f"{keras / entry['seconds']:.2f}" if keras else "",
+                    f"batch {p['batch']}, beam {p['beam']}, {p['pass']}",
+                    f"{p['sentences_per_s']:.1f}",
+                    f"{p['tokens_per_s']:.0f}",
+                    f"{p['bleu']:.2f} / {p['chrf']:.2f}" if "bleu" in p else "",
+                    str(p.get("same_as_keras", "")),
+                    f"{keras / p['seconds']:.2f}" if keras else "",
                 ]
             )
-    return format_table(["engine", "what", "BLEU / chrF", "time", "keras / engine"], rows)
+    headers = ["engine", "what", "sent/s", "tokens/s", "BLEU / chrF", "= keras", "keras / it"]
+    return format_table(headers, rows)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -115,10 +225,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--ref", help="references, for sacreBLEU")
     parser.add_argument("--batches", default="1,32", help="comma-separated batch sizes")
-    parser.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
-    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--beams", default="1", help="comma-separated beam sizes (1: greedy)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="beam length penalty")
     parser.add_argument("--limit", type=int, default=0, help="first N sources (0: all)")
-    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--engines", default="keras,onnx,onnx-int8")
     parser.add_argument("--json", default=str(RESULTS_DIR / "translate_end_to_end.json"))
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -9,7 +9,12 @@ from mintransformer.decoding.steps import (
     FullRecomputeLanguageModelSteps,
     FullRecomputeSteps,
 )
-from tests.conftest import padded_sources, random_language_model, random_transformer
+from tests.conftest import (
+    padded_sources,
+    random_language_model,
+    random_transformer,
+    to_numpy,
+)
 
 START = 1
 
@@ -70,3 +75,25 @@ def test_only_cached_steps_run_compiled_loops(model_and_sources):
     language_model = random_language_model()
     assert CachedLanguageModelSteps(language_model, 8).compiled_loops
     assert not FullRecomputeLanguageModelSteps(language_model, 8).compiled_loops
+
+
+@pytest.mark.core
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_no_search_emits_the_pad_even_where_it_scores_highest(beam_size):
+    from mintransformer.decoding.beam import beam_search
+    from mintransformer.decoding.greedy import greedy_search
+
+    model, sources = random_transformer(seed=2), padded_sources()
+    bias = model.output_projection.bias
+    bias.assign(to_numpy(bias) + 30 * (np.arange(40) == 0))  # the pad wins every argmax
+    first = to_numpy(model((sources, np.full((len(sources), 1), START, "int32"))))
+    assert np.all(first[:, 0].argmax(-1) == 0)  # unbanned, every search would start with it
+    options = dict(start_id=START, end_id=2, max_length=8)
+    found = []
+    for steps in (CachedSteps(model, 8), FullRecomputeSteps(model, 8)):
+        if beam_size == 1:
+            found.append(greedy_search(steps, sources, **options))
+        else:
+            found.append(beam_search(steps, sources, beam_size=beam_size, **options)[0])
+    assert found[0] == found[1]
+    assert any(found[0]) and not any(0 in row for row in found[0]), found[0]

@@ -80,7 +80,7 @@ def hf_tokens(hf_model, sources, tokenizer, beam_size: int, max_new_tokens: int)
             length_penalty=0.0,
             early_stopping=False,
             forced_eos_token_id=None,
-            bad_words_ids=None,
+            bad_words_ids=[[tokenizer.pad_id]],  # our searches never emit the pad
         )
     rows = []
     for row in out[:, 1:].tolist():

@@ -66,6 +66,9 @@ def randomize(model, final_logits_bias: bool, seed: int) -> None:
         if final_logits_bias:
             bias = torch.randn(model.final_logits_bias.shape, generator=generator)
             bias[0, model.config.eos_token_id] += 3.0
+            # An untrained pad row scores high in converted checkpoints: without the
+            # pad ban, the searches would emit it.
+            bias[0, model.config.pad_token_id] += 6.0
             model.final_logits_bias.copy_(bias)
 
 

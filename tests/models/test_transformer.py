@@ -301,3 +301,26 @@ def test_recipe_options_reach_the_layers_and_the_config():
     assert model.encoder.embedding.embedding_init == "normal"
     config = model.get_config()
     assert config["attention_dropout_rate"] == 0.0 and config["embedding_init"] == "normal"
+
+
+@pytest.mark.parametrize("pad_id", [0, 7, None])
+def test_next_token_log_probs_are_the_log_softmax_with_the_pad_banned(pad_id):
+    model = small_model(pad_id=pad_id, tie_embeddings=False)
+    rng = np.random.default_rng(0)
+    source = rng.integers(1, 30, size=(3, 6)).astype("int32")
+    prefix = rng.integers(1, 25, size=(3, 4)).astype("int32")
+    model((source, prefix))
+    bias = np.zeros(25, "float32")
+    if pad_id is not None:
+        bias[pad_id] = 20.0  # the pad would win every argmax
+    model.output_projection.bias.assign(bias)
+    hidden = model.hidden_states((source, prefix))[:, -1:]
+    log_probs = to_numpy(model.next_token_log_probs(hidden)).astype("float64")
+    logits = to_numpy(model((source, prefix))[:, -1]).astype("float64")
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    expected = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    if pad_id is not None:
+        assert np.all(log_probs[:, pad_id] == -np.inf)
+        assert np.all(log_probs.argmax(axis=1) != pad_id)
+        expected[:, pad_id] = -np.inf
+    np.testing.assert_allclose(log_probs, expected, atol=1e-5)

@@ -54,6 +54,10 @@ def test_health_info_page_and_openapi(client):
     assert page.status_code == 200 and "/static/app.js" in page.text
     assert "http" not in page.text.replace("http-equiv", "")  # nothing from the network
     assert client.get("/static/app.js").status_code == 200
+    for docs, asset in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
+        html = client.get(docs).text
+        assert "http" not in html.replace("http-equiv", "")  # no CDN
+        assert asset in html and client.get(f"/static-offline-docs/{asset}").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/api/translate", "/api/classify", "/api/generate", "/api/info"} <= set(paths)
 

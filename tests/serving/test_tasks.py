@@ -17,10 +17,15 @@ def limits():
 
 
 @pytest.fixture(scope="module")
-def classify_client(untrained_classifier_run):
+def classify_service(untrained_classifier_run):
     from mintransformer.serving.services import load_service
 
-    with make_client(load_service(untrained_classifier_run.path, "keras", limits())) as client:
+    return load_service(untrained_classifier_run.path, "keras", limits(), max_wait_ms=50)
+
+
+@pytest.fixture(scope="module")
+def classify_client(classify_service):
+    with make_client(classify_service) as client:
         yield client
 
 
@@ -52,6 +57,30 @@ def test_classify_gives_labels_and_probabilities(classify_client, untrained_clas
     assert np.array(with_attention["encoder"]).shape == (1, 2, len(tokens), len(tokens))
     too_many = classify_client.post("/api/classify", json={"texts": ["a"] * 9})
     assert too_many.status_code == 413
+
+
+def test_concurrent_classify_requests_are_answered_in_shared_calls(
+    classify_client, classify_service
+):
+    import threading
+
+    texts = ["a good film", "bad", "not good at all", "fine", "the worst film", "great"]
+    answers: dict[int, dict] = {}
+
+    def ask(index: int) -> None:
+        response = classify_client.post("/api/classify", json={"texts": [texts[index]]})
+        answers[index] = response.json()["results"][0]["probabilities"]
+
+    calls_before = classify_service.batcher.stats.calls
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    expected = classify_service.classifier.probabilities(texts)
+    for index, row in enumerate(expected):
+        assert answers[index]["neg"] == pytest.approx(float(row[0]), abs=1e-5)
+    assert classify_service.batcher.stats.calls - calls_before < len(texts)
 
 
 def test_generate_streams_one_line_per_token(generate_client, untrained_lm_run):

@@ -144,7 +144,7 @@ class CachedSteps(_TensorSteps):
         hidden, cache = self.model.decoder.step(
             tokens[:, None], index, cache, cross_key_values, source_mask
         )
-        log_probs = ops.log_softmax(self.model.project(hidden)[:, 0], axis=-1)
+        log_probs = self.model.next_token_log_probs(hidden)
         return log_probs, (cache, cross_key_values, source_mask)
 
     def reorder_tensors(self, state, rows):
@@ -175,8 +175,8 @@ class FullRecomputeSteps:
         self._next_log_probs = compile_inference(self._next_log_probs_fn, model.variables)
 
     def _next_log_probs_fn(self, source_ids, prefix):
-        logits = self.model((source_ids, prefix), training=False)[:, -1]
-        return ops.log_softmax(logits, axis=-1)
+        hidden = self.model.hidden_states((source_ids, prefix), training=False)
+        return self.model.next_token_log_probs(hidden[:, -1:])
 
     def start(self, source_ids: np.ndarray, repeat: int = 1) -> State:
         """The sources (each row repeated `repeat` times) and an empty prefix."""

@@ -99,8 +99,7 @@ def translation_graphs(model) -> dict:
         hidden, new_slots = model.decoder.step_new_slots(
             tokens[:, None], index, layer_caches, cross_key_values, source_mask
         )
-        log_probs = ops.log_softmax(model.project(hidden)[:, 0], axis=-1)
-        return log_probs, stacked_slots(new_slots)
+        return model.next_token_log_probs(hidden), stacked_slots(new_slots)
 
     encoder_file, step_file = GRAPHS["translation"]
     step_inputs = [

@@ -29,8 +29,14 @@ ONNX_HAS_NO_ATTENTION = (
 )
 
 
-def translation_engine(path: str | Path, engine: str = "keras", max_output_length=None):
-    """`(steps, tokenizer, config)` of a translation run (`decoding.steps` protocol)."""
+def translation_engine(
+    path: str | Path,
+    engine: str = "keras",
+    max_output_length: int | None = None,
+    mixed_precision: bool | None = None,
+):
+    """`(steps, tokenizer, config)` of a translation run (`decoding.steps` protocol);
+    `mixed_precision` is the Keras engine's (`runs.loading.load_trained`)."""
     if checks.one_of(engine, ENGINES, "engine") == "onnx":
         from mintransformer.export import onnx_engine
 
@@ -38,7 +44,7 @@ def translation_engine(path: str | Path, engine: str = "keras", max_output_lengt
     else:
         from mintransformer.runs.loading import load_trained
 
-        model, tokenizer, config = load_trained(path, TranslationConfig)
+        model, tokenizer, config = load_trained(path, TranslationConfig, mixed_precision)
         steps = keras_translation_steps(model, max_output_length)
     return steps, tokenizer, config
 

@@ -92,7 +92,11 @@ class Translator:
 
     @classmethod
     def from_run(
-        cls, path: str | Path, max_output_length: int | None = None, engine: str = "keras"
+        cls,
+        path: str | Path,
+        max_output_length: int | None = None,
+        engine: str = "keras",
+        mixed_precision: bool | None = None,
     ) -> Translator:
         """The translator of a finished run.
 
@@ -101,8 +105,10 @@ class Translator:
             max_output_length: most target tokens per sentence (default: the model's).
             engine: "keras" (the run's weights) or "onnx" (its export on onnxruntime,
                 without Keras; `path` may then be the export folder).
+            mixed_precision: the Keras engine in bf16 (True) or fp32 (False); None: as
+                the run's config asks, or as this machine pays for.
         """
-        return cls(*translation_engine(path, engine, max_output_length))
+        return cls(*translation_engine(path, engine, max_output_length, mixed_precision))
 
     @property
     def model(self):

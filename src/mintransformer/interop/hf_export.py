@@ -177,7 +177,9 @@ def export_run(run_dir: str | Path, out: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     hf = hf_config(config, model, tokenizer)
     hf.save_pretrained(out)
-    GenerationConfig.from_model_config(hf).save_pretrained(out)
+    generation = GenerationConfig.from_model_config(hf)
+    generation.bad_words_ids = [[tokenizer.pad_id]]  # as our searches: pad never comes next
+    generation.save_pretrained(out)
     save_file(all_tensors(model), str(out / "model.safetensors"), metadata={"format": "pt"})
     save_tokenizer(tokenizer, out)
     return out

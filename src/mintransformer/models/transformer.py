@@ -194,6 +194,22 @@ class Transformer(keras.Model):
         logits = ops.matmul(ops.cast(hidden, "float32"), ops.cast(kernel, "float32"))
         return logits if bias is None else logits + ops.cast(bias, "float32")
 
+    def next_token_log_probs(self, hidden):
+        """Decoder output at one position `(batch, 1, d_model)` -> float32 log-probabilities
+        `(batch, target_vocab_size)` of the next token, what every search reads.
+
+        The pad token is never a next token: its log-probability is set to -inf after the
+        softmax, so the others keep their values (as transformers' `bad_words_ids` ban
+        does, which beam scores then match). A model whose pad row was never trained, as
+        in converted OPUS-MT checkpoints, may score the pad high.
+        """
+        log_probs = ops.log_softmax(self.project(hidden)[:, 0], axis=-1)
+        pad_id = self.config["pad_id"]
+        if pad_id is None:
+            return log_probs
+        is_pad = ops.arange(ops.shape(log_probs)[-1]) == pad_id
+        return ops.where(is_pad, float("-inf"), log_probs)
+
     def hidden_states(
         self,
         inputs,

@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 from mintransformer.serving import schemas
@@ -56,7 +57,9 @@ def create_app(
         service.stop()
         log.info("stopped")
 
-    app = FastAPI(
+    # FastAPI's own /docs and /redoc load Swagger UI and ReDoc from a CDN; these serve
+    # the copies packaged in fastapi-offline, so both pages work with no network.
+    app = FastAPIOffline(
         title="mintransformer",
         summary=f"Serving a {service.task} run ({service.path.name}).",
         lifespan=lifespan,

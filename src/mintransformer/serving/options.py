@@ -30,7 +30,9 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
         help="allow cross-origin requests from ORIGIN, e.g. https://example.org (repeatable)",
     )
     batching = parser.add_argument_group("batching")
-    batching.add_argument("--max-batch-size", type=int, default=32, help="sentences per decode")
+    batching.add_argument(
+        "--max-batch-size", type=int, default=32, help="sentences (texts to classify) per call"
+    )
     batching.add_argument(
         "--max-wait-ms", type=float, default=5.0, help="how long a request waits for others"
     )

@@ -206,25 +206,37 @@ class TranslationService(Service):
 
 
 class ClassificationService(Service):
-    """Label probabilities of each text."""
+    """Label probabilities of each text, batched across requests by a `Batcher`."""
 
     task = "classification"
 
-    def __init__(self, classifier, *args):
+    def __init__(self, classifier, *args, max_batch_size: int = 32, max_wait_ms: float = 5.0):
         super().__init__(*args)
         self.classifier = classifier
-        self._lock = threading.Lock()
+        self.batcher = Batcher(self._decode, max_batch_size, max_wait_ms)
 
     def start(self) -> float:
         began = time.perf_counter()
         self.classifier.probabilities(["warm up"])
+        self.batcher.start()
         return time.perf_counter() - began
+
+    def stop(self) -> None:
+        self.batcher.stop()
+
+    def _decode(self, key: None, texts: list[str]) -> list:
+        """The batcher's call: the texts of one or more requests in one call."""
+        return list(self.classifier.probabilities(texts))
 
     async def classify(self, texts: list[str], attention: bool = False) -> list[dict]:
         self.limits.check_texts(texts)
         if attention and self.classifier.model is None:
             raise RequestError(422, "`attention` needs the keras engine (serve --engine keras).")
-        probabilities = await asyncio.to_thread(self._probabilities, texts)
+        try:
+            future = self.batcher.submit(texts, None)
+        except RuntimeError as err:  # stopping: the request was not taken
+            raise RequestError(503, str(err)) from None
+        probabilities = await asyncio.wrap_future(future)
         names = list(self.config.get("labels", []))
         results = []
         for text, row in zip(texts, probabilities, strict=True):
@@ -240,10 +252,6 @@ class ClassificationService(Service):
         tokens, weights = self.classifier.attention(text)
         layers = [weights[f"encoder_layer{i}"].tolist() for i in range(1, len(weights) + 1)]
         return {"tokens": tokens, "encoder": layers}
-
-    def _probabilities(self, texts: list[str]) -> np.ndarray:
-        with self._lock:
-            return self.classifier.probabilities(texts)
 
 
 class GenerationService(Service):
@@ -325,15 +333,11 @@ def load_service(
     config = read_task_config(path)
     task = config["task"]
     args: tuple[Any, ...] = (path, engine, config, limits)
+    batching = dict(max_batch_size=max_batch_size, max_wait_ms=max_wait_ms)
     if task == "translation":
-        return TranslationService(
-            Translator.from_run(path, engine=engine),
-            *args,
-            max_batch_size=max_batch_size,
-            max_wait_ms=max_wait_ms,
-        )
+        return TranslationService(Translator.from_run(path, engine=engine), *args, **batching)
     if task == "classification":
-        return ClassificationService(Classifier.from_run(path, engine=engine), *args)
+        return ClassificationService(Classifier.from_run(path, engine=engine), *args, **batching)
     if task == "language_model":
         return GenerationService(Generator.from_run(path, engine=engine), *args)
     raise ValueError(f"{path} holds a {task!r} run, which the server cannot serve")

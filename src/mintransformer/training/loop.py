@@ -127,7 +127,13 @@ def train(
         train_batches, val_batches = shard(
             train_batches, val_batches, tokenizer.pad_id, task.weight_rows
         )
-        model = build_model(config, tokenizer.vocab_size, mixed_precision=bf16)
+        model = build_model(
+            config,
+            tokenizer.vocab_size,
+            mixed_precision=bf16,
+            pad_id=tokenizer.pad_id,
+            target_vocab_size=getattr(tokenizer, "target_vocab_size", None),
+        )
         trainee = task.compile(model, config, len(train_batches))
         fit(run, trainee, train_batches, val_batches, config, resume, verbose)
     print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {run.path}")

@@ -68,7 +68,7 @@ def compile_model(
     Returns:
         the trainer, for `loop.fit`; its optimizer is built.
     """
-    trainer = TeacherForcing(model, config.label_smoothing, Tokenizer.pad_id)
+    trainer = TeacherForcing(model, config.label_smoothing, model.config["pad_id"])
     return compile_for_training(trainer, config, steps_per_epoch)
 
 
