@@ -10,8 +10,8 @@ run: sentences/s and the p50/p95/p99 latency of a request, its ratio to the ceil
 offline `Translator.translate(batch_size=32)` of the same sentences on the same engine in
 this process, and how many answers differ from that offline translation. The baseline:
 `--cli N` sentences each translated by its own `mintransformer translate` process, as a
-user without a server would. The sentences are the run's own test split (the first
-`--requests`).
+user without a server would. The sentences are the first `--requests` lines of `--src`, or
+of the run's own test split.
 """
 
 from __future__ import annotations
@@ -126,6 +126,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True)
     parser.add_argument("--onnx", type=Path, help="the run's export folder (adds onnx rows)")
+    parser.add_argument(
+        "--src", type=Path, help="sentences, one per line (default: the run's test split)"
+    )
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--clients", default="1,8,32")
     parser.add_argument("--cli", type=int, default=3, help="sentences for the CLI baseline")
@@ -136,8 +139,11 @@ def main() -> None:
     from mintransformer.data.corpora import load_corpus
     from mintransformer.serving.services import read_task_config
 
-    spec = read_task_config(args.run)["data"]
-    texts = [source for source, _ in load_corpus(spec)["test"]][: args.requests]
+    if args.src:
+        texts = args.src.read_text(encoding="utf-8").splitlines()[: args.requests]
+    else:
+        spec = read_task_config(args.run)["data"]
+        texts = [source for source, _ in load_corpus(spec)["test"]][: args.requests]
     results: dict = {"offline_batch32": {}, "runs": []}
     if args.cli:
         results["cli_per_sentence"] = cli_baseline(args.run, texts[: args.cli])
