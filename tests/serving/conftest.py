@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +19,23 @@ pytest.importorskip("httpx", reason="the serving tests need httpx")
 SRC = Path(__file__).resolve().parents[2] / "src"
 # Small batches keep the bucket shapes warmed at start-up (rows x widths) few.
 MAX_BATCH_SIZE = 4
+
+
+def post_concurrently(client, endpoint: str, texts: list[str]) -> dict[int, dict]:
+    """Each text as its own request, all sent at once from threads; the first result of
+    each, by the text's index."""
+    answers: dict[int, dict] = {}
+
+    def ask(index: int) -> None:
+        response = client.post(endpoint, json={"texts": [texts[index]]})
+        answers[index] = response.json()["results"][0]
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
 
 
 def make_client(service, **app_options):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 
 from mintransformer.serving.batching import Batcher
 from mintransformer.serving.buckets import Buckets, bucket, doubling_sizes
+from tests.serving.conftest import post_concurrently
 
 
 def test_buckets_cover_every_length_with_a_few_shapes():
@@ -89,19 +89,9 @@ def test_concurrent_api_requests_are_decoded_in_few_calls_and_few_shapes(
     stats = translation_service.batcher.stats
     calls_before, shapes_warmed = stats.calls, set(translation_service.shapes_run)
     texts = ["one", "twelve", "three hundred and forty-five", "nine", "sixty", "two"]
-    answers: dict[int, str] = {}
-
-    def ask(index: int) -> None:
-        response = client.post("/api/translate", json={"texts": [texts[index]]})
-        answers[index] = response.json()["results"][0]["translation"]
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = post_concurrently(client, "/api/translate", texts)
     expected = translation_service.translator.translate(texts)
-    assert [answers[i] for i in range(len(texts))] == expected
+    assert [answers[i]["translation"] for i in range(len(texts))] == expected
     assert stats.calls - calls_before < len(texts)  # some requests were decoded together
     # Every shape decoded was one warmed at start-up (greedy): nothing new was compiled.
     assert translation_service.shapes_run == shapes_warmed

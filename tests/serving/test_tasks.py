@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.serving.conftest import make_client
+from tests.serving.conftest import make_client, post_concurrently
 
 
 def limits():
@@ -62,24 +62,12 @@ def test_classify_gives_labels_and_probabilities(classify_client, untrained_clas
 def test_concurrent_classify_requests_are_answered_in_shared_calls(
     classify_client, classify_service
 ):
-    import threading
-
     texts = ["a good film", "bad", "not good at all", "fine", "the worst film", "great"]
-    answers: dict[int, dict] = {}
-
-    def ask(index: int) -> None:
-        response = classify_client.post("/api/classify", json={"texts": [texts[index]]})
-        answers[index] = response.json()["results"][0]["probabilities"]
-
     calls_before = classify_service.batcher.stats.calls
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = post_concurrently(classify_client, "/api/classify", texts)
     expected = classify_service.classifier.probabilities(texts)
     for index, row in enumerate(expected):
-        assert answers[index]["neg"] == pytest.approx(float(row[0]), abs=1e-5)
+        assert answers[index]["probabilities"]["neg"] == pytest.approx(float(row[0]), abs=1e-5)
     assert classify_service.batcher.stats.calls - calls_before < len(texts)
 
 
