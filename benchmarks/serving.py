@@ -3,15 +3,15 @@
     python -m benchmarks.serving --run runs/numbers [--onnx runs/numbers/onnx]
 
 For each server setting (keras or onnx engine; batching on: up to 32 sentences per decode,
-5 ms wait; off: one request per decode) a server process is started on a free loopback port
-and sent `--requests` one-sentence greedy translate requests, spread over `--clients`
-concurrent clients (each sends its next request when the last is answered). Reported per
-run: sentences/s and the p50/p95/p99 latency of a request, its ratio to the ceiling,
-offline `Translator.translate(batch_size=32)` of the same sentences on the same engine in
-this process, and how many answers differ from that offline translation. The baseline:
-`--cli N` sentences each translated by its own `mintransformer translate` process, as a
-user without a server would. The sentences are the first `--requests` lines of `--src`, or
-of the run's own test split.
+`--max-wait-ms` wait, 5 by default; off: one request per decode) a server process is
+started on a free loopback port and sent `--requests` one-sentence greedy translate
+requests, spread over `--clients` concurrent clients (each sends its next request when the
+last is answered). Reported per run: sentences/s and the p50/p95/p99 latency of a request,
+its ratio to the ceiling, offline `Translator.translate(batch_size=32)` of the same
+sentences on the same engine in this process, and how many answers differ from that offline
+translation. The baseline: `--cli N` sentences each translated by its own `mintransformer
+translate` process, as a user without a server would. The sentences are the first
+`--requests` lines of `--src`, or of the run's own test split.
 """
 
 from __future__ import annotations
@@ -37,12 +37,14 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(path: Path, engine: str, batching: bool) -> tuple[subprocess.Popen, str, float]:
+def start_server(
+    path: Path, engine: str, batching: bool, max_wait_ms: float = 5.0
+) -> tuple[subprocess.Popen, str, float]:
     """A server process, its URL, and the seconds it took to answer its health check."""
     import httpx
 
     port = free_port()
-    flags = ["--max-batch-size", "32", "--max-wait-ms", "5"] if batching else [
+    flags = ["--max-batch-size", "32", "--max-wait-ms", str(max_wait_ms)] if batching else [
         "--max-batch-size", "1", "--max-wait-ms", "0"]  # fmt: skip
     command = [sys.executable, "-m", "mintransformer", "serve", "--run", str(path)]
     command += ["--engine", engine, "--port", str(port), "--warm-beams", "1", *flags]
@@ -131,6 +133,8 @@ def main() -> None:
     )
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--clients", default="1,8,32")
+    parser.add_argument("--max-wait-ms", type=float, default=5.0, help="with batching on")
+    parser.add_argument("--batching", default="on,off", help="on, off or on,off")
     parser.add_argument("--cli", type=int, default=3, help="sentences for the CLI baseline")
     parser.add_argument("--output", type=Path, help="also write the results as JSON")
     args = parser.parse_args()
@@ -153,8 +157,8 @@ def main() -> None:
         ceiling, expected = offline(path, texts, engine)
         results["offline_batch32"][engine] = round(ceiling, 1)
         print(f"{engine}: offline translate(batch_size=32): {ceiling:.1f} sent/s")
-        for batching in (True, False):
-            process, url, startup = start_server(path, engine, batching)
+        for batching in (b == "on" for b in args.batching.split(",")):
+            process, url, startup = start_server(path, engine, batching, args.max_wait_ms)
             try:
                 for clients in (int(c) for c in args.clients.split(",")):
                     row, answers = asyncio.run(load(url, texts, clients))
