@@ -139,11 +139,11 @@ def prepare_export(run: Path, engine: str) -> None:
 def score_passes(reports: list[dict], run: Path, ref: str | None) -> None:
     """Adds sentences/s, tokens/s, BLEU/chrF and agreement with keras to every pass, and
     drops the translations."""
-    import sacrebleu
-
+    from mintransformer.inference.translator import score
     from mintransformer.runs.directory import RunDirectory
 
     tokenizer = RunDirectory.open(run).tokenizer()
+    references = Path(ref).read_text(encoding="utf-8").splitlines() if ref else None
     keras = {
         (p["batch"], p["beam"], p["pass"]): p["hypotheses"]
         for r in reports
@@ -161,11 +161,9 @@ def score_passes(reports: list[dict], run: Path, ref: str | None) -> None:
                 entry["same_as_keras"] = sum(
                     a == b for a, b in zip(hypotheses, reference, strict=True)
                 )
-            if ref:
-                references = Path(ref).read_text(encoding="utf-8").splitlines()
-                references = references[: len(hypotheses)]
-                entry["bleu"] = sacrebleu.corpus_bleu(hypotheses, [references]).score
-                entry["chrf"] = sacrebleu.corpus_chrf(hypotheses, [references]).score
+            if references is not None:
+                scores = score(hypotheses, references[: len(hypotheses)])
+                entry["bleu"], entry["chrf"] = scores.bleu, scores.chrf
 
 
 def run_engines(args: argparse.Namespace) -> dict:

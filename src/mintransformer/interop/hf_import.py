@@ -25,7 +25,7 @@ from mintransformer.data.tokenizer import Tokenizer
 from mintransformer.interop import mapping
 from mintransformer.runs import checkpoints
 from mintransformer.runs.directory import RunDirectory
-from mintransformer.runs.loading import build_model
+from mintransformer.runs.loading import build_for_tokenizer
 
 # transformers' ACT2FN name -> ours.
 ACTIVATIONS = {
@@ -161,8 +161,7 @@ def import_folder(folder: str | Path, run_dir: str | Path, overwrite: bool = Fal
     tokenizer = read_tokenizer(folder, hf)
     tensors, share, tie = canonical_tensors(hf, read_tensors(folder))
     config = run_config(hf, share, tie, tokenizer.vocab_size)
-    target_vocab = getattr(tokenizer, "target_vocab_size", None)
-    model = build_model(config, tokenizer.vocab_size, False, tokenizer.pad_id, target_vocab)
+    model = build_for_tokenizer(config, tokenizer)
     mapping.import_tensors(model, tensors)
     run = RunDirectory.create(run_dir, config, overwrite=overwrite)
     tokenizer.save(run.tokenizer_path)

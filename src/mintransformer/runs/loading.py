@@ -102,6 +102,18 @@ def build_model(
     return model
 
 
+def build_for_tokenizer(config: RunConfig, tokenizer, mixed_precision: bool = False):
+    """`build_model` sized by `tokenizer`: its vocabulary (and separate target
+    vocabulary, where it has one) and its pad id."""
+    return build_model(
+        config,
+        tokenizer.vocab_size,
+        mixed_precision,
+        tokenizer.pad_id,
+        getattr(tokenizer, "target_vocab_size", None),
+    )
+
+
 def load_trained(
     path: str | Path | RunDirectory,
     expected: type[RunConfig] | None = None,
@@ -127,13 +139,7 @@ def load_trained(
             requested = getattr(config, "mixed_precision", False)
             mixed_precision = choose_precision(requested)[0]
         try:
-            model = build_model(
-                config,
-                tokenizer.vocab_size,
-                mixed_precision,
-                tokenizer.pad_id,
-                getattr(tokenizer, "target_vocab_size", None),
-            )
+            model = build_for_tokenizer(config, tokenizer, mixed_precision)
         except ValueError as err:  # a setting the model refuses
             raise ValueError(f"{run.config_path}: {err}") from None
         checkpoints.load_variables(run.weights_path, model.weights)

@@ -168,11 +168,7 @@ class TranslationService(Service):
             sources = await asyncio.to_thread(
                 self.translator.encode_sources, [texts[i] for i in todo]
             )
-            try:
-                future = self.batcher.submit(sources, (beam_size, float(alpha), n_best))
-            except RuntimeError as err:  # stopping: the request was not taken
-                raise RequestError(503, str(err)) from None
-            decoded = await asyncio.wrap_future(future)
+            decoded = await _batched(self.batcher, sources, (beam_size, float(alpha), n_best))
             for i, hypotheses in zip(todo, decoded, strict=True):
                 results[i] = {
                     "translation": hypotheses[0][0],
@@ -232,11 +228,7 @@ class ClassificationService(Service):
         self.limits.check_texts(texts)
         if attention and self.classifier.model is None:
             raise RequestError(422, "`attention` needs the keras engine (serve --engine keras).")
-        try:
-            future = self.batcher.submit(texts, None)
-        except RuntimeError as err:  # stopping: the request was not taken
-            raise RequestError(503, str(err)) from None
-        probabilities = await asyncio.wrap_future(future)
+        probabilities = await _batched(self.batcher, texts, None)
         names = list(self.config.get("labels", []))
         results = []
         for text, row in zip(texts, probabilities, strict=True):
@@ -306,6 +298,16 @@ class GenerationService(Service):
             yield {"token": text[len(shown) :], "id": token_id}
             shown = text
         yield {"done": True, "text": await task}
+
+
+async def _batched(batcher: Batcher, items: list, key) -> list:
+    """The results of `items`, decoded by `batcher` with requests of the same `key`; a 503
+    once the server is stopping (the request was not taken)."""
+    try:
+        future = batcher.submit(items, key)
+    except RuntimeError as err:
+        raise RequestError(503, str(err)) from None
+    return await asyncio.wrap_future(future)
 
 
 def _distinct(hypotheses: list[tuple[str, float | None]]) -> list[tuple[str, float | None]]:

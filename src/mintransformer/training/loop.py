@@ -4,7 +4,7 @@
     set up the runtime and data parallelism, decide the precision
     load the data (task.load_data), then create the run directory
     seed, train (or reload) the tokenizer, build the batches (task.make_batches)
-    build the model (runs.loading.build_model) and compile it (task.compile)
+    build the model (runs.loading.build_for_tokenizer) and compile it (task.compile)
     fit: a checkpoint every epoch, exact resume, a time budget
     average the last checkpoints into the final weights
     report on held-out data (task.held_out)
@@ -31,7 +31,7 @@ from mintransformer.config import RunConfig
 from mintransformer.data.tokenizer import Tokenizer
 from mintransformer.runs import checkpoints
 from mintransformer.runs.directory import RunDirectory
-from mintransformer.runs.loading import build_model
+from mintransformer.runs.loading import build_for_tokenizer
 from mintransformer.training.callbacks import (
     EpochCheckpoint,
     EpochSeed,
@@ -127,13 +127,7 @@ def train(
         train_batches, val_batches = shard(
             train_batches, val_batches, tokenizer.pad_id, task.weight_rows
         )
-        model = build_model(
-            config,
-            tokenizer.vocab_size,
-            mixed_precision=bf16,
-            pad_id=tokenizer.pad_id,
-            target_vocab_size=getattr(tokenizer, "target_vocab_size", None),
-        )
+        model = build_for_tokenizer(config, tokenizer, mixed_precision=bf16)
         trainee = task.compile(model, config, len(train_batches))
         fit(run, trainee, train_batches, val_batches, config, resume, verbose)
     print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {run.path}")
