@@ -6,11 +6,13 @@ For each server setting (keras or onnx engine; batching on: up to 32 sentences p
 `--max-wait-ms` wait, 5 by default; off: one request per decode) a server process is
 started on a free loopback port and sent `--requests` one-sentence greedy translate
 requests, spread over `--clients` concurrent clients (each sends its next request when the
-last is answered). Reported per run: sentences/s and the p50/p95/p99 latency of a request,
-its ratio to the ceiling, offline `Translator.translate(batch_size=32)` of the same
-sentences on the same engine in this process, and how many answers differ from that offline
-translation. The baseline: `--cli N` sentences each translated by its own `mintransformer
-translate` process, as a user without a server would. The sentences are the first
+last is answered; a few lines of asyncio HTTP, `post_json`). Reported per run:
+sentences/s and the p50/p95/p99 latency of a request, its ratio to the ceiling, offline
+`Translator.translate(batch_size=32)` of the same sentences on the same engine in this
+process, measured in pairs with the server's passes, and how many answers differ from
+that offline translation. Each figure is the median of `--repeats` passes. The baseline:
+`--cli N` sentences each translated by its own `mintransformer translate` process, as a
+user without a server would. The sentences are the first
 `--requests` lines of `--src`, or of the run's own test split.
 """
 
@@ -38,14 +40,14 @@ def free_port() -> int:
 
 
 def start_server(
-    path: Path, engine: str, batching: bool, max_wait_ms: float = 5.0
+    path: Path, engine: str, batching: bool, max_wait_ms: float = 5.0, max_batch_size: int = 32
 ) -> tuple[subprocess.Popen, str, float]:
     """A server process, its URL, and the seconds it took to answer its health check."""
     import httpx
 
     port = free_port()
-    flags = ["--max-batch-size", "32", "--max-wait-ms", str(max_wait_ms)] if batching else [
-        "--max-batch-size", "1", "--max-wait-ms", "0"]  # fmt: skip
+    rows, wait = (max_batch_size, max_wait_ms) if batching else (1, 0)
+    flags = ["--max-batch-size", str(rows), "--max-wait-ms", str(wait)]
     command = [sys.executable, "-m", "mintransformer", "serve", "--run", str(path)]
     command += ["--engine", engine, "--port", str(port), "--warm-beams", "1", *flags]
     env = {**os.environ, "PYTHONPATH": str(SRC)}
@@ -62,50 +64,118 @@ def start_server(
             time.sleep(0.5)
 
 
-async def load(url: str, texts: list[str], clients: int) -> tuple[dict, list[str]]:
-    """Sends each text as one request from `clients` concurrent clients; the figures and
-    the translations, in the order of `texts`."""
-    import httpx
+async def post_json(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, body: dict
+) -> dict:
+    """One HTTP/1.1 POST on a kept-alive connection; the JSON answer (ValueError unless
+    200). A few lines of asyncio instead of an HTTP client library: the client shares
+    the server's cores, and a library's own time per request would be counted."""
+    data = json.dumps(body).encode()
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    writer.write(f"{head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    status, *headers = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+    fields = dict(line.lower().split(": ", 1) for line in headers if ": " in line)
+    answer = await reader.readexactly(int(fields["content-length"]))
+    if status.split()[1] != "200":
+        raise ValueError(f"{status}: {answer.decode()}")
+    return json.loads(answer)
 
+
+async def load(url: str, texts: list[str], clients: int) -> tuple[float, list, list[str]]:
+    """Sends each text as one request from `clients` concurrent clients, each on its own
+    kept-alive connection: the seconds it took, every request's latency in seconds, and
+    the translations in the order of `texts`."""
+    host, port = url.removeprefix("http://").split(":")
     latencies: list[float] = []
     answers = [""] * len(texts)
     queue = list(reversed(range(len(texts))))
 
-    async def client(session: httpx.AsyncClient) -> None:
+    async def client() -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
         while queue:
             index = queue.pop()
             began = time.perf_counter()
-            response = await session.post("/api/translate", json={"texts": [texts[index]]})
-            response.raise_for_status()
+            answer = await post_json(reader, writer, "/api/translate", {"texts": [texts[index]]})
             latencies.append(time.perf_counter() - began)
-            answers[index] = response.json()["results"][0]["translation"]
+            answers[index] = answer["results"][0]["translation"]
+        writer.close()
+        await writer.wait_closed()
 
-    limits = httpx.Limits(max_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as session:
+    began = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return time.perf_counter() - began, latencies, answers
+
+
+class Offline:
+    """`Translator.translate(batch_size=32)` of the sentences on `engine` in this process:
+    the ceiling a server's throughput is compared with."""
+
+    def __init__(self, path: Path, engine: str, texts: list[str]):
+        from mintransformer import Translator
+        from mintransformer.serving.limits import Limits
+        from mintransformer.serving.services import TranslationService, read_task_config
+
+        self.texts = texts
+        self.translator = Translator.from_run(path, engine=engine)
+        self.translations = self.translator.translate(texts, batch_size=32)  # also warms up
+        config = read_task_config(path)
+        self.service = TranslationService(self.translator, path, engine, config, Limits())
+        self.sources = self.translator.encode_sources(texts)
+
+    def rate(self) -> float:
+        """Sentences/s of one pass."""
         began = time.perf_counter()
-        await asyncio.gather(*(client(session) for _ in range(clients)))
-        seconds = time.perf_counter() - began
+        self.translator.translate(self.texts, batch_size=32)
+        return len(self.texts) / (time.perf_counter() - began)
+
+    def arrival_order_rate(self) -> float:
+        """Sentences/s of the server's own decoding (`TranslationService.decode`) of the
+        sentences 32 at a time in their order, as 32 clients' requests arrive: the
+        ceiling of a server that decodes the batches it is sent, without HTTP."""
+        began = time.perf_counter()
+        for start in range(0, len(self.sources), 32):
+            self.service.decode((1, 0.6, 1), self.sources[start : start + 32])
+        return len(self.sources) / (time.perf_counter() - began)
+
+
+def decode_ceilings(offline: Offline, repeats: int) -> dict:
+    """Medians of `repeats` pairs of offline passes: length-sorted and in arrival order."""
+    offline.arrival_order_rate()  # compiles the shapes it needs
+    pairs = [(offline.rate(), offline.arrival_order_rate()) for _ in range(repeats)]
+    sorted_rate, arrival = (float(np.median(column)) for column in zip(*pairs, strict=True))
+    ratio = float(np.median([a / s for s, a in pairs]))
+    return {
+        "length_sorted": round(sorted_rate, 1),
+        "arrival_order": round(arrival, 1),
+        "arrival_of_sorted": round(ratio, 3),
+    }
+
+
+def load_row(url: str, offline: Offline, clients: int, repeats: int) -> tuple[dict, list[str]]:
+    """`repeats` pairs of passes, an offline pass right before each `load` pass (the
+    machine's speed drifts over minutes; a pair shares it): the medians of the server's
+    sentences/s, the offline sentences/s and their ratio per pair, the latency
+    percentiles of every request, and the last pass's translations."""
+    passes, latencies = [], []
+    for _ in range(repeats):
+        ceiling = offline.rate()
+        seconds, pass_latencies, answers = asyncio.run(load(url, offline.texts, clients))
+        passes.append({"sentences_per_s": len(offline.texts) / seconds, "offline": ceiling})
+        latencies += pass_latencies
     p50, p95, p99 = np.percentile(np.array(latencies) * 1000, [50, 95, 99])
     row = {
         "clients": clients,
-        "sentences_per_s": round(len(texts) / seconds, 1),
+        "sentences_per_s": round(float(np.median([p["sentences_per_s"] for p in passes])), 1),
         "p50_ms": round(float(p50), 1),
         "p95_ms": round(float(p95), 1),
         "p99_ms": round(float(p99), 1),
+        "offline_sentences_per_s": round(float(np.median([p["offline"] for p in passes])), 1),
+        "of_offline": round(
+            float(np.median([p["sentences_per_s"] / p["offline"] for p in passes])), 3
+        ),
+        "passes": [{name: round(value, 1) for name, value in p.items()} for p in passes],
     }
     return row, answers
-
-
-def offline(path: Path, texts: list[str], engine: str) -> tuple[float, list[str]]:
-    """Sentences/s of `Translator.translate(batch_size=32)` on `engine` (after one warm-up
-    pass), and its translations."""
-    from mintransformer import Translator
-
-    translator = Translator.from_run(path, engine=engine)
-    translator.translate(texts, batch_size=32)
-    began = time.perf_counter()
-    translations = translator.translate(texts, batch_size=32)
-    return len(texts) / (time.perf_counter() - began), translations
 
 
 def cli_baseline(path: Path, texts: list[str]) -> dict:
@@ -135,6 +205,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8,32")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="with batching on")
     parser.add_argument("--batching", default="on,off", help="on, off or on,off")
+    parser.add_argument("--repeats", type=int, default=3, help="passes per figure (median)")
     parser.add_argument("--cli", type=int, default=3, help="sentences for the CLI baseline")
     parser.add_argument("--output", type=Path, help="also write the results as JSON")
     args = parser.parse_args()
@@ -154,24 +225,25 @@ def main() -> None:
         print(f"one CLI process per sentence: {json.dumps(results['cli_per_sentence'])}")
     settings = [("keras", args.run)] + ([("onnx", args.onnx)] if args.onnx else [])
     for engine, path in settings:
-        ceiling, expected = offline(path, texts, engine)
-        results["offline_batch32"][engine] = round(ceiling, 1)
-        print(f"{engine}: offline translate(batch_size=32): {ceiling:.1f} sent/s")
+        offline = Offline(path, engine, texts)
+        ceilings = decode_ceilings(offline, args.repeats)
+        results["offline_batch32"][engine] = ceilings
+        print(f"{engine}: offline decoding at batch 32: {json.dumps(ceilings)}")
         for batching in (b == "on" for b in args.batching.split(",")):
             process, url, startup = start_server(path, engine, batching, args.max_wait_ms)
             try:
                 for clients in (int(c) for c in args.clients.split(",")):
-                    row, answers = asyncio.run(load(url, texts, clients))
+                    row, answers = load_row(url, offline, clients, args.repeats)
                     row.update(engine=engine, batching=batching, startup_s=round(startup, 1))
-                    row["of_offline"] = round(row["sentences_per_s"] / ceiling, 3)
                     row["differ_from_offline"] = sum(
-                        a != b for a, b in zip(answers, expected, strict=True)
+                        a != b for a, b in zip(answers, offline.translations, strict=True)
                     )
                     results["runs"].append(row)
-                    print(json.dumps(row))
+                    print(json.dumps({k: v for k, v in row.items() if k != "passes"}))
             finally:
                 process.terminate()
                 process.wait(timeout=120)
+        del offline  # one engine's model in memory at a time
     if args.output:
         args.output.write_text(json.dumps(results, indent=2) + "\n")
 

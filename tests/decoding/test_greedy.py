@@ -108,6 +108,36 @@ def test_greedy_returns_a_token_matrix_and_lengths(setup):
         assert (row[length:] == end_id).all()
 
 
+@pytest.mark.core
+@pytest.mark.parametrize("max_length", [CACHE, 9])
+def test_dropping_finished_rows_gives_the_same_tokens_in_fewer_rows(setup, monkeypatch, max_length):
+    model, _, sources, unstopped = setup
+    steps = CachedSteps(model, CACHE)
+    segment_rows = []
+    compile_loop = steps.compiled_loop
+
+    def recording(key, loop, jit_compile=True):
+        compiled = compile_loop(key, loop, jit_compile)
+
+        def run(*args):
+            if key == "greedy_segment":
+                segment_rows.append(int(to_numpy(args[1]).shape[0]))  # the tokens' rows
+            return compiled(*args)
+
+        return run
+
+    monkeypatch.setattr(steps, "compiled_loop", recording)
+    end_id = end_at_different_lengths(unstopped)  # one row never ends: it runs to the end
+    options = dict(start_id=START, end_id=end_id, max_length=max_length)
+    tokens, lengths = compiled_greedy(steps, sources, shrink_to=(1, 2, 4), **options)
+    one_call = compiled_greedy(CachedSteps(model, CACHE), sources, **options)
+    np.testing.assert_array_equal(tokens, one_call[0])
+    np.testing.assert_array_equal(lengths, one_call[1])
+    assert segment_rows[0] == len(sources) and segment_rows[-1] < len(sources)
+    assert segment_rows == sorted(segment_rows, reverse=True)
+    assert set(segment_rows[1:]) <= {1, 2, 4}
+
+
 def test_greedy_longer_than_the_cache_is_refused(setup):
     _, cached, sources, _ = setup
     with pytest.raises(ValueError, match="exceeds the cache"):

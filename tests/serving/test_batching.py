@@ -24,8 +24,8 @@ def test_buckets_cover_every_length_with_a_few_shapes():
     np.testing.assert_array_equal(padded[1], [7, 2, 0, 0, 0, 0, 0, 0])
     three = buckets.pad([[5, 2]] * 3, pad_id=0)
     assert three.shape == (4, 8) and (three[3] == three[0]).all()  # a pad row repeats row 0
-    groups = buckets.group([3, 20, 4, 9, 5], max_batch_size=2)
-    assert groups == [[0, 2], [4], [3], [1]]
+    assert buckets.batches([3, 20, 4, 9, 5], max_batch_size=2) == [[0, 2], [4, 3], [1]]
+    assert buckets.batches([3, 20, 4], max_batch_size=6) == [[0, 2, 1]]  # one call
 
 
 class RecordingDecode:

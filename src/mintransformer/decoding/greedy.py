@@ -7,11 +7,19 @@ Any other steps object (`FullRecomputeSteps`, the reference) is driven by
 `python_greedy`, one `step` per token. Both make the same choices. Only the
 compiled loop imports Keras, so the Python loop also drives steps written in NumPy
 alone (the ONNX engine's).
+
+A row that has emitted </s> still costs a row of every later step, and the step's
+cost grows with its rows. With `shrink_to` (row counts, e.g. a server's batch
+buckets), `compiled_greedy` runs the loop in segments instead: a segment ends once
+the unfinished rows fit the next smaller count, and the next one carries on with
+those rows only. Every row count is a compiled shape, so a caller names counts
+it has compiled (or will reuse).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,7 +29,13 @@ if TYPE_CHECKING:
 
 
 def greedy_search(
-    steps: Steps, source_ids, *, start_id: int, end_id: int, max_length: int
+    steps: Steps,
+    source_ids,
+    *,
+    start_id: int,
+    end_id: int,
+    max_length: int,
+    shrink_to: Sequence[int] = (),
 ) -> list[list[int]]:
     """Decodes a batch greedily.
 
@@ -30,13 +44,15 @@ def greedy_search(
         source_ids: int `(batch, source_length)`.
         start_id, end_id: the <s> and </s> ids.
         max_length: most tokens to generate per sentence (</s> included).
+        shrink_to: row counts the compiled loop drops finished rows down to
+            (`compiled_greedy`); ignored by the Python loop.
 
     Returns:
         list of `batch` token-id lists, without <s> and </s>.
     """
     options = dict(start_id=start_id, end_id=end_id, max_length=max_length)
     if getattr(steps, "compiled_loops", False):
-        tokens, lengths = compiled_greedy(steps, source_ids, **options)
+        tokens, lengths = compiled_greedy(steps, source_ids, shrink_to=shrink_to, **options)
         return [row[:length].tolist() for row, length in zip(tokens, lengths, strict=True)]
     return python_greedy(steps, source_ids, **options)
 
@@ -64,7 +80,13 @@ def python_greedy(
 
 
 def compiled_greedy(
-    steps, source_ids, *, start_id: int, end_id: int, max_length: int | None = None
+    steps,
+    source_ids,
+    *,
+    start_id: int,
+    end_id: int,
+    max_length: int | None = None,
+    shrink_to: Sequence[int] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """Greedy-decodes a batch in one compiled call (the token loop runs on the device).
 
@@ -76,6 +98,9 @@ def compiled_greedy(
         start_id, end_id: the <s> and </s> ids.
         max_length: most tokens per row (</s> included); at most, and by
             default, `steps.max_length` (the cache).
+        shrink_to: row counts to continue with once the unfinished rows fit one
+            below the batch's (`shrinking_greedy`); empty: one call. Needs steps
+            with `keep_rows_tensors`.
 
     Returns:
         `(tokens, lengths)`: int `(batch, max_length)`, the token chosen at each
@@ -86,6 +111,8 @@ def compiled_greedy(
 
     max_length = steps.max_length if max_length is None else max_length
     steps.check_length(max_length)
+    if shrink_to:
+        return shrinking_greedy(steps, source_ids, start_id, end_id, max_length, shrink_to)
     loop = steps.compiled_loop("greedy", functools.partial(_greedy_loop, steps))
     tokens, lengths = loop(
         ops.convert_to_tensor(np.asarray(source_ids, "int32")),
@@ -102,6 +129,70 @@ def _greedy_loop(steps, source_ids, start_id, end_id, max_length):
     the output `(batch, steps.max_length)`, which rows are done and their lengths.
     Returns `(outputs, lengths)`.
     """
+    loop_vars = _greedy_start(steps, source_ids, start_id, end_id)
+    *_, outputs, _, lengths = _greedy_segment(steps, *loop_vars, end_id, max_length, 0)
+    return outputs, lengths
+
+
+def shrinking_greedy(
+    steps, source_ids, start_id: int, end_id: int, max_length: int, shrink_to: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """`compiled_greedy` in segments that drop finished rows; the same results.
+
+    Each segment is one compiled call that runs until every row is done, or
+    `max_length`, or until the unfinished rows fit the largest count of
+    `shrink_to` below the current one. Then the finished rows' outputs are kept and
+    the unfinished rows, repeated up to the smallest count that holds them, go on.
+    """
+    from keras import ops
+
+    batch = len(source_ids)
+    sizes = sorted({int(rows) for rows in shrink_to if 0 < rows < batch})
+    start = steps.compiled_loop("greedy_start", functools.partial(_greedy_start, steps))
+    keep_rows = steps.compiled_loop(
+        "greedy_keep_rows", functools.partial(_keep_rows, steps), jit_compile=False
+    )
+    segment = steps.compiled_loop("greedy_segment", functools.partial(_greedy_segment, steps))
+    scalars = [ops.convert_to_tensor(value, "int32") for value in (end_id, max_length)]
+    loop_vars = start(
+        ops.convert_to_tensor(np.asarray(source_ids, "int32")),
+        ops.convert_to_tensor(start_id, "int32"),
+        scalars[0],
+    )
+    all_tokens = np.full((batch, steps.max_length), end_id, "int32")
+    all_lengths = np.zeros(batch, "int32")
+    origin = np.arange(batch)  # the input row of each current row; pad rows come after
+    rows = batch
+    while True:
+        smaller = [size for size in sizes if size < rows]
+        fits = ops.convert_to_tensor(smaller[-1] if smaller else 0, "int32")
+        loop_vars = segment(*loop_vars, *scalars, fits)
+        index, _, _, outputs, done, lengths = loop_vars
+        real = len(origin)
+        all_tokens[origin] = ops.convert_to_numpy(outputs)[:real]
+        all_lengths[origin] = ops.convert_to_numpy(lengths)[:real]
+        unfinished = np.flatnonzero(~ops.convert_to_numpy(done)[:real])
+        if not len(unfinished) or int(ops.convert_to_numpy(index)) >= max_length:
+            return all_tokens[:, :max_length], all_lengths
+        rows = min(size for size in [*smaller, rows] if size >= len(unfinished))
+        keep = np.concatenate([unfinished, np.full(rows - len(unfinished), unfinished[0])])
+        origin = origin[unfinished]
+        loop_vars = keep_rows(loop_vars, ops.convert_to_tensor(keep.astype("int32")))
+
+
+def _keep_rows(steps, loop_vars, rows):
+    """The loop variables of `_greedy_segment` for the batch rows `rows` only."""
+    from keras import ops
+
+    index, tokens, state, outputs, done, lengths = loop_vars
+    tokens, outputs, done, lengths = (
+        ops.take(t, rows, axis=0) for t in (tokens, outputs, done, lengths)
+    )
+    return index, tokens, steps.keep_rows_tensors(state, rows), outputs, done, lengths
+
+
+def _greedy_start(steps, source_ids, start_id, end_id):
+    """The loop variables before the first position (`_greedy_segment`'s input)."""
     from keras import ops
 
     batch = ops.shape(source_ids)[0]
@@ -111,19 +202,32 @@ def _greedy_loop(steps, source_ids, start_id, end_id, max_length):
     outputs = ops.full((batch, steps.max_length), end_id, "int32")
     done = ops.zeros((batch,), "bool")
     lengths = ops.zeros((batch,), "int32")
+    return ops.convert_to_tensor(0, "int32"), tokens, state, outputs, done, lengths
+
+
+def _greedy_segment(steps, index, tokens, state, outputs, done, lengths, end_id, max_length, fits):
+    """`_greedy_loop`'s loop from `index`, also stopping once at most `fits` rows are
+    unfinished (int32 scalars); returns the loop variables."""
+    from keras import ops
 
     def not_finished(index, tokens, state, outputs, done, lengths):
-        return ops.logical_and(index < max_length, ops.logical_not(ops.all(done)))
+        unfinished = ops.sum(ops.cast(ops.logical_not(done), "int32"))
+        return ops.logical_and(index < max_length, unfinished > fits)
 
     def decode_one(index, tokens, state, outputs, done, lengths):
-        log_probs, state = steps.step_tensors(tokens, index, state)
-        tokens = ops.where(done, end_id, ops.cast(ops.argmax(log_probs, axis=-1), "int32"))
-        outputs = ops.slice_update(outputs, (0, index), tokens[:, None])
-        done = ops.logical_or(done, tokens == end_id)
-        lengths = lengths + ops.cast(ops.logical_not(done), "int32")
-        return index + 1, tokens, state, outputs, done, lengths
+        return _decode_one(steps, end_id, index, tokens, state, outputs, done, lengths)
 
-    index = ops.convert_to_tensor(0, "int32")
     loop_vars = (index, tokens, state, outputs, done, lengths)
-    *_, outputs, _, lengths = ops.while_loop(not_finished, decode_one, loop_vars)
-    return outputs, lengths
+    return ops.while_loop(not_finished, decode_one, loop_vars)
+
+
+def _decode_one(steps, end_id, index, tokens, state, outputs, done, lengths):
+    """One position of the greedy loop: every row's next token (</s> once done)."""
+    from keras import ops
+
+    log_probs, state = steps.step_tensors(tokens, index, state)
+    tokens = ops.where(done, end_id, ops.cast(ops.argmax(log_probs, axis=-1), "int32"))
+    outputs = ops.slice_update(outputs, (0, index), tokens[:, None])
+    done = ops.logical_or(done, tokens == end_id)
+    lengths = lengths + ops.cast(ops.logical_not(done), "int32")
+    return index + 1, tokens, state, outputs, done, lengths

@@ -95,14 +95,16 @@ class _TensorSteps:
         if max_length > self.max_length:
             raise ValueError(f"`max_length` ({max_length}) exceeds the cache ({self.max_length}).")
 
-    def compiled_loop(self, key: Hashable, loop: Callable) -> Callable:
+    def compiled_loop(self, key: Hashable, loop: Callable, jit_compile: bool = True) -> Callable:
         """`loop` compiled once per `key` for this model, with XLA on TensorFlow.
 
         XLA pays off for a whole decoding loop: its body is many small ops, run once
-        per token (`compile_inference(..., jit_compile=True)`).
+        per token (`compile_inference(..., jit_compile=True)`). Without `jit_compile`,
+        a function of a few ops is traced once for many shapes instead of compiled
+        per shape.
         """
         if key not in self._loops:
-            self._loops[key] = compile_inference(loop, self.model.variables, jit_compile=True)
+            self._loops[key] = compile_inference(loop, self.model.variables, jit_compile)
         return self._loops[key]
 
 
@@ -152,6 +154,14 @@ class CachedSteps(_TensorSteps):
         and already repeated per beam."""
         cache, cross_key_values, source_mask = state
         return tuple(ops.take(c, rows, axis=1) for c in cache), cross_key_values, source_mask
+
+    def keep_rows_tensors(self, state, rows):
+        """The whole state of the batch rows `rows` (int `(n,)`) only: their cache,
+        cross-attention keys/values and source mask (a search dropping finished rows)."""
+        cache, cross_key_values, source_mask = state
+        cache = tuple(ops.take(c, rows, axis=1) for c in cache)
+        cross_key_values = [tuple(ops.take(t, rows, axis=0) for t in kv) for kv in cross_key_values]
+        return cache, cross_key_values, ops.take(source_mask, rows, axis=0)
 
     def start(self, source_ids: np.ndarray, repeat: int = 1) -> State:
         """Encodes `(batch, length)` sources; each row repeated `repeat` times (beams)."""

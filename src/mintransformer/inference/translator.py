@@ -159,7 +159,12 @@ class Translator:
         return outputs
 
     def translate_ids(
-        self, source_ids, beam_size: int = 1, alpha: float = 0.6, n_best: int = 1
+        self,
+        source_ids,
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        n_best: int = 1,
+        shrink_to: Sequence[int] = (),
     ) -> list[list[tuple[str, float | None]]]:
         """Decodes one batch of `encode_sources` ids, padded by the caller, as it is.
 
@@ -170,6 +175,8 @@ class Translator:
             source_ids: int `(batch, width)`, rows padded with the tokenizer's pad id.
             beam_size, alpha: as `translate`.
             n_best: translations kept per row (1 for greedy; at most `beam_size`).
+            shrink_to: row counts greedy decoding drops finished rows down to
+                (`greedy.compiled_greedy`): shapes the caller has compiled.
 
         Returns:
             per row, `n_best` `(translation, score)` pairs, best first; the score is the
@@ -181,7 +188,7 @@ class Translator:
             max_length=self.max_output_length,
         )
         if beam_size == 1 and n_best == 1:
-            tokens = greedy_search(self.steps, source_ids, **options)
+            tokens = greedy_search(self.steps, source_ids, shrink_to=shrink_to, **options)
             return [[(self.tokenizer.decode(row), None)] for row in tokens]
         ranked = beam_search_n_best(
             self.steps, source_ids, beam_size=beam_size, alpha=alpha, n_best=n_best, **options

@@ -5,7 +5,9 @@ batch to its own longest sentence and row count would compile a new program for
 almost every request; instead each batch is padded up to the next bucket width
 (8, 16, 32, ... up to the model's source positions) and the next bucket row count
 (1, 2, 4, ... up to the largest batch). Pad rows repeat the first row (a row of
-padding only would attend to nothing) and their results are dropped.
+padding only would attend to nothing) and their results are dropped. Greedy
+decoding drops finished rows down to the same row counts, so those shapes are the
+only ones it runs.
 """
 
 from __future__ import annotations
@@ -59,14 +61,13 @@ class Buckets:
             batch[row, : len(source)] = source
         return batch
 
-    def group(self, lengths: Sequence[int], max_batch_size: int) -> list[list[int]]:
-        """Indices grouped by width bucket, then cut into batches of at most
-        `max_batch_size` (so short sentences are not padded to a long one's width)."""
-        by_width: dict[int, list[int]] = {}
-        for index, length in enumerate(lengths):
-            by_width.setdefault(bucket(length, self.widths), []).append(index)
-        return [
-            indices[start : start + max_batch_size]
-            for _, indices in sorted(by_width.items())
-            for start in range(0, len(indices), max_batch_size)
-        ]
+    def batches(self, lengths: Sequence[int], max_batch_size: int) -> list[list[int]]:
+        """Indices in order of length, cut into batches of at most `max_batch_size`.
+
+        Up to `max_batch_size` items are one batch, padded to its longest: one
+        decode call with many rows costs less than several with fewer, narrower
+        rows. Sorting only matters for more: similar lengths share a batch.
+        """
+        order = sorted(range(len(lengths)), key=lambda index: lengths[index])
+        starts = range(0, len(order), max_batch_size)
+        return [order[start : start + max_batch_size] for start in starts]

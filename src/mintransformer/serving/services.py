@@ -99,7 +99,7 @@ class TranslationService(Service):
         self.translator = translator
         self.max_batch_size = max_batch_size
         self.buckets = Buckets(translator.max_source_length + 1, max_batch_size)
-        self.batcher = Batcher(self._decode, max_batch_size, max_wait_ms)
+        self.batcher = Batcher(self.decode, max_batch_size, max_wait_ms)
         self.shapes_run: set[tuple] = set()
 
     def sizes(self) -> dict:
@@ -141,13 +141,15 @@ class TranslationService(Service):
     def _run(self, ids: np.ndarray, key: tuple) -> list:
         beam_size, alpha, n_best = key
         self.shapes_run.add((beam_size, *ids.shape))
-        return self.translator.translate_ids(ids, beam_size, alpha, n_best)
+        return self.translator.translate_ids(ids, beam_size, alpha, n_best, self.buckets.rows)
 
-    def _decode(self, key: tuple, sources: list[list[int]]) -> list:
-        """The batcher's call: `sources` grouped by width bucket, in bucketed shapes."""
+    def decode(self, key: tuple, sources: list[list[int]]) -> list:
+        """The batcher's call: `encode_sources` ids, decoded with settings `key`
+        `(beam_size, alpha, n_best)` in batches of bucketed shapes; per source its
+        `translate_ids` result."""
         results: list = [None] * len(sources)
         pad_id = self.translator.tokenizer.pad_id
-        for batch in self.buckets.group([len(s) for s in sources], self.max_batch_size):
+        for batch in self.buckets.batches([len(s) for s in sources], self.max_batch_size):
             outputs = self._run(self.buckets.pad([sources[i] for i in batch], pad_id), key)
             for index, output in zip(batch, outputs, strict=False):
                 results[index] = output
