@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mintransformer.serving.batching import Batcher
-from mintransformer.serving.buckets import Buckets, bucket, doubling_sizes
+from mintransformer.serving.buckets import Buckets, bucket, doubling_sizes, half_step_sizes
 from tests.serving.conftest import post_concurrently
 
 
@@ -26,6 +26,14 @@ def test_buckets_cover_every_length_with_a_few_shapes():
     assert three.shape == (4, 8) and (three[3] == three[0]).all()  # a pad row repeats row 0
     assert buckets.batches([3, 20, 4, 9, 5], max_batch_size=2) == [[0, 2], [4, 3], [1]]
     assert buckets.batches([3, 20, 4], max_batch_size=6) == [[0, 2, 1]]  # one call
+
+
+def test_width_buckets_pad_a_source_by_at_most_half():
+    widths = Buckets(positions=129, max_batch_size=32).widths
+    assert widths == half_step_sizes(129) == [8, 16, 24, 32, 48, 64, 96, 128, 129]
+    assert half_step_sizes(24) == [8, 16, 24] and half_step_sizes(5, smallest=5) == [5]
+    for length in range(17, 130):  # from 16 on, padding adds at most half
+        assert length <= bucket(length, widths) <= length * 1.5
 
 
 class RecordingDecode:

@@ -3,8 +3,8 @@
 The decoding loops are compiled once per input shape. A server that padded each
 batch to its own longest sentence and row count would compile a new program for
 almost every request; instead each batch is padded up to the next bucket width
-(8, 16, 32, ... up to the model's source positions) and the next bucket row count
-(1, 2, 4, ... up to the largest batch). Pad rows repeat the first row (a row of
+(8, 16, 24, 32, 48, 64, 96, ... up to the model's source positions) and the next
+bucket row count (1, 2, 4, ... up to the largest batch). Pad rows repeat the first row (a row of
 padding only would attend to nothing) and their results are dropped. Greedy
 decoding drops finished rows down to the same row counts, so those shapes are the
 only ones it runs.
@@ -26,6 +26,21 @@ def doubling_sizes(largest: int, smallest: int = 1) -> list[int]:
     return [*sizes, largest]
 
 
+def half_step_sizes(largest: int, smallest: int = 8) -> list[int]:
+    """`smallest`, then each doubling of it and one and a half times that (8, 16, 24,
+    32, 48, 64, 96, ...) below `largest`, then `largest` itself.
+
+    Every token of a source's padding is encoded like a real one, so the encoder's
+    work grows with the bucket width: a batch whose longest source is 33 tokens costs
+    48 positions a row here, where doubling sizes alone would cost 64.
+    """
+    sizes, size = {smallest}, smallest * 2
+    while size < largest:
+        sizes.update((size, size * 3 // 2))
+        size *= 2
+    return [*sorted(s for s in sizes if s < largest), largest]
+
+
 def bucket(value: int, sizes: Sequence[int]) -> int:
     """The smallest of `sizes` (ascending) that holds `value`."""
     for size in sizes:
@@ -44,7 +59,7 @@ class Buckets:
     """
 
     def __init__(self, positions: int, max_batch_size: int, smallest_width: int = 8):
-        self.widths = doubling_sizes(positions, min(smallest_width, positions))
+        self.widths = half_step_sizes(positions, min(smallest_width, positions))
         self.rows = doubling_sizes(max_batch_size)
 
     def shapes(self) -> list[tuple[int, int]]:
