@@ -4,10 +4,10 @@ The decoding loops are compiled once per input shape. A server that padded each
 batch to its own longest sentence and row count would compile a new program for
 almost every request; instead each batch is padded up to the next bucket width
 (8, 16, 24, 32, 48, 64, 96, ... up to the model's source positions) and the next
-bucket row count (1, 2, 4, ... up to the largest batch). Pad rows repeat the first row (a row of
-padding only would attend to nothing) and their results are dropped. Greedy
-decoding drops finished rows down to the same row counts, so those shapes are the
-only ones it runs.
+bucket row count (1, 2, 4, ... up to the largest batch). Pad rows repeat the first
+row (a row of padding only would attend to nothing) and their results are dropped.
+Greedy decoding drops finished rows down to the same row counts, so those shapes
+are the only ones it runs.
 """
 
 from __future__ import annotations
@@ -34,11 +34,9 @@ def half_step_sizes(largest: int, smallest: int = 8) -> list[int]:
     work grows with the bucket width: a batch whose longest source is 33 tokens costs
     48 positions a row here, where doubling sizes alone would cost 64.
     """
-    sizes, size = {smallest}, smallest * 2
-    while size < largest:
-        sizes.update((size, size * 3 // 2))
-        size *= 2
-    return [*sorted(s for s in sizes if s < largest), largest]
+    doublings = doubling_sizes(largest, smallest)
+    halfway = [size * 3 // 2 for size in doublings[1:-1] if size * 3 // 2 < largest]
+    return sorted({*doublings, *halfway})
 
 
 def bucket(value: int, sizes: Sequence[int]) -> int:
