@@ -22,7 +22,8 @@ lint: install
 	$(BIN)/python -m ruff format --check src tests benchmarks
 
 # Everything on the default backend (TensorFlow), the core tests on JAX and PyTorch too.
+# The TensorFlow run lists its 25 slowest tests: where the suite's time goes.
 test: lint
-	KERAS_BACKEND=tensorflow $(BIN)/python -m pytest -q -p no:cacheprovider
+	KERAS_BACKEND=tensorflow $(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 	KERAS_BACKEND=jax $(BIN)/python -m pytest -q -p no:cacheprovider -m core
 	KERAS_BACKEND=torch $(BIN)/python -m pytest -q -p no:cacheprovider -m core

@@ -10,7 +10,9 @@ last is answered; a few lines of asyncio HTTP, `post_json`). Reported per run:
 sentences/s and the p50/p95/p99 latency of a request, its ratio to the ceiling, offline
 `Translator.translate(batch_size=32)` of the same sentences on the same engine in this
 process, measured in pairs with the server's passes, and how many answers differ from
-that offline translation. Each figure is the median of `--repeats` passes. The baseline:
+that offline translation. Each figure is the median of `--repeats` passes. Then the
+`--short` sentences with the fewest words are each sent alone, for the latency of one
+short sentence on a warm server. The baseline:
 `--cli N` sentences each translated by its own `mintransformer translate` process, as a
 user without a server would. The sentences are the first
 `--requests` lines of `--src`, or of the run's own test split.
@@ -178,6 +180,23 @@ def load_row(url: str, offline: Offline, clients: int, repeats: int) -> tuple[di
     return row, answers
 
 
+def short_alone(url: str, texts: list[str], count: int, repeats: int) -> dict:
+    """Latency of one short sentence, warm, alone: the `count` sentences of `texts`
+    with the fewest words, each sent by a single client, `repeats` passes."""
+    shortest = sorted(texts, key=lambda text: len(text.split()))[:count]
+    latencies = []
+    for _ in range(repeats):
+        latencies += asyncio.run(load(url, shortest, 1))[1]
+    p50, p95 = np.percentile(np.array(latencies) * 1000, [50, 95])
+    words = [len(text.split()) for text in shortest]
+    return {
+        "sentences": len(shortest),
+        "words": [min(words), max(words)],
+        "p50_ms": round(float(p50), 1),
+        "p95_ms": round(float(p95), 1),
+    }
+
+
 def cli_baseline(path: Path, texts: list[str]) -> dict:
     """Sentences/s and median latency of one `mintransformer translate` process per text."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
@@ -207,6 +226,9 @@ def main() -> None:
     parser.add_argument("--batching", default="on,off", help="on, off or on,off")
     parser.add_argument("--repeats", type=int, default=3, help="passes per figure (median)")
     parser.add_argument("--cli", type=int, default=3, help="sentences for the CLI baseline")
+    parser.add_argument(
+        "--short", type=int, default=32, help="shortest sentences timed alone (0: none)"
+    )
     parser.add_argument("--output", type=Path, help="also write the results as JSON")
     args = parser.parse_args()
 
@@ -219,7 +241,7 @@ def main() -> None:
     else:
         spec = read_task_config(args.run)["data"]
         texts = [source for source, _ in load_corpus(spec)["test"]][: args.requests]
-    results: dict = {"offline_batch32": {}, "runs": []}
+    results: dict = {"offline_batch32": {}, "runs": [], "short_alone": []}
     if args.cli:
         results["cli_per_sentence"] = cli_baseline(args.run, texts[: args.cli])
         print(f"one CLI process per sentence: {json.dumps(results['cli_per_sentence'])}")
@@ -240,6 +262,11 @@ def main() -> None:
                     )
                     results["runs"].append(row)
                     print(json.dumps({k: v for k, v in row.items() if k != "passes"}))
+                if args.short:
+                    alone = short_alone(url, texts, args.short, args.repeats)
+                    alone.update(engine=engine, batching=batching)
+                    results["short_alone"].append(alone)
+                    print(f"short sentences alone: {json.dumps(alone)}")
             finally:
                 process.terminate()
                 process.wait(timeout=120)

@@ -317,7 +317,7 @@ def test_serving_benchmark_reports_each_server_setting_against_offline_and_the_c
     output = tmp_path / "serving.json"
     command = [sys.executable, "-m", "benchmarks.serving", "--run", str(trained_run.path)]
     command += ["--requests", "6", "--clients", "1,2", "--cli", "1", "--repeats", "2"]
-    command += ["--output", str(output)]
+    command += ["--short", "3", "--output", str(output)]
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
 
     report = json.loads(output.read_text())
@@ -337,6 +337,11 @@ def test_serving_benchmark_reports_each_server_setting_against_offline_and_the_c
         assert row["differ_from_offline"] == 0  # a small fp32 model: the same answers
     assert report["cli_per_sentence"]["sentences"] == 1
     assert report["cli_per_sentence"]["sentences_per_s"] > 0
+    alone = report["short_alone"]
+    assert [row["batching"] for row in alone] == [True, False]
+    for row in alone:
+        assert row["sentences"] == 3 and row["words"][0] <= row["words"][1]
+        assert 0 < row["p50_ms"] <= row["p95_ms"]
 
 
 @pytest.mark.slow

@@ -108,34 +108,69 @@ def test_greedy_returns_a_token_matrix_and_lengths(setup):
         assert (row[length:] == end_id).all()
 
 
-@pytest.mark.core
-@pytest.mark.parametrize("max_length", [CACHE, 9])
-def test_dropping_finished_rows_gives_the_same_tokens_in_fewer_rows(setup, monkeypatch, max_length):
-    model, _, sources, unstopped = setup
+def recorded_steps(model, monkeypatch):
+    """`CachedSteps` of `model` and the list of `(loop key, rows)` of every compiled
+    call it makes, appended as they run."""
     steps = CachedSteps(model, CACHE)
-    segment_rows = []
+    calls = []
     compile_loop = steps.compiled_loop
 
     def recording(key, loop, jit_compile=True):
         compiled = compile_loop(key, loop, jit_compile)
 
         def run(*args):
-            if key == "greedy_segment":
-                segment_rows.append(int(to_numpy(args[1]).shape[0]))  # the tokens' rows
+            rows = args[0] if key in ("greedy", "greedy_start") else args[1]  # ids / tokens
+            calls.append((key, int(to_numpy(rows).shape[0])))
             return compiled(*args)
 
         return run
 
     monkeypatch.setattr(steps, "compiled_loop", recording)
+    return steps, calls
+
+
+@pytest.mark.core
+@pytest.mark.parametrize("max_length", [CACHE, 9])
+def test_dropping_finished_rows_gives_the_same_tokens_in_fewer_rows(setup, monkeypatch, max_length):
+    model, _, sources, unstopped = setup
+    steps, calls = recorded_steps(model, monkeypatch)
     end_id = end_at_different_lengths(unstopped)  # one row never ends: it runs to the end
     options = dict(start_id=START, end_id=end_id, max_length=max_length)
     tokens, lengths = compiled_greedy(steps, sources, shrink_to=(1, 2, 4), **options)
     one_call = compiled_greedy(CachedSteps(model, CACHE), sources, **options)
     np.testing.assert_array_equal(tokens, one_call[0])
     np.testing.assert_array_equal(lengths, one_call[1])
+    segment_rows = [rows for key, rows in calls if key == "greedy_segment"]
     assert segment_rows[0] == len(sources) and segment_rows[-1] < len(sources)
     assert segment_rows == sorted(segment_rows, reverse=True)
     assert set(segment_rows[1:]) <= {1, 2, 4}
+
+
+@pytest.mark.core
+def test_a_batch_with_no_smaller_row_count_runs_as_one_call(setup, monkeypatch):
+    model, _, sources, unstopped = setup
+    steps, calls = recorded_steps(model, monkeypatch)
+    options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=CACHE)
+    tokens, lengths = compiled_greedy(steps, sources[:1], shrink_to=(1, 2, 4), **options)
+    assert calls == [("greedy", 1)]
+    one_call = compiled_greedy(CachedSteps(model, CACHE), sources[:1], **options)
+    np.testing.assert_array_equal(tokens, one_call[0])
+    np.testing.assert_array_equal(lengths, one_call[1])
+
+
+@pytest.mark.core
+def test_warming_the_smallest_row_count_also_compiles_the_segment_larger_batches_end_in(
+    setup, monkeypatch
+):
+    model, _, sources, unstopped = setup
+    steps, calls = recorded_steps(model, monkeypatch)
+    options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=CACHE)
+    greedy.warm_greedy(steps, sources[:1], shrink_to=(1, 2, 4), **options)
+    assert {key for key, _ in calls} == {"greedy", "greedy_start", "greedy_segment"}
+    assert {rows for _, rows in calls} == {1}
+    calls.clear()
+    greedy.warm_greedy(steps, sources[:2], shrink_to=(1, 2, 4), **options)
+    assert ("greedy", 2) not in calls and ("greedy_segment", 2) in calls
 
 
 def test_greedy_longer_than_the_cache_is_refused(setup):

@@ -13,7 +13,9 @@ cost grows with its rows. With `shrink_to` (row counts, e.g. a server's batch
 buckets), `compiled_greedy` runs the loop in segments instead: a segment ends once
 the unfinished rows fit the next smaller count, and the next one carries on with
 those rows only. Every row count is a compiled shape, so a caller names counts
-it has compiled (or will reuse).
+it has compiled (or will reuse); `warm_greedy` compiles them for a shape. A batch
+with no smaller count to shrink to runs as one call: a segment boundary there
+would only add a call.
 """
 
 from __future__ import annotations
@@ -99,8 +101,8 @@ def compiled_greedy(
         max_length: most tokens per row (</s> included); at most, and by
             default, `steps.max_length` (the cache).
         shrink_to: row counts to continue with once the unfinished rows fit one
-            below the batch's (`shrinking_greedy`); empty: one call. Needs steps
-            with `keep_rows_tensors`.
+            below the batch's (`shrinking_greedy`); with none below it, one call.
+            Needs steps with `keep_rows_tensors`.
 
     Returns:
         `(tokens, lengths)`: int `(batch, max_length)`, the token chosen at each
@@ -111,7 +113,7 @@ def compiled_greedy(
 
     max_length = steps.max_length if max_length is None else max_length
     steps.check_length(max_length)
-    if shrink_to:
+    if _smaller_counts(shrink_to, len(source_ids)):
         return shrinking_greedy(steps, source_ids, start_id, end_id, max_length, shrink_to)
     loop = steps.compiled_loop("greedy", functools.partial(_greedy_loop, steps))
     tokens, lengths = loop(
@@ -147,7 +149,7 @@ def shrinking_greedy(
     from keras import ops
 
     batch = len(source_ids)
-    sizes = sorted({int(rows) for rows in shrink_to if 0 < rows < batch})
+    sizes = _smaller_counts(shrink_to, batch)
     start = steps.compiled_loop("greedy_start", functools.partial(_greedy_start, steps))
     keep_rows = steps.compiled_loop(
         "greedy_keep_rows", functools.partial(_keep_rows, steps), jit_compile=False
@@ -178,6 +180,36 @@ def shrinking_greedy(
         keep = np.concatenate([unfinished, np.full(rows - len(unfinished), unfinished[0])])
         origin = origin[unfinished]
         loop_vars = keep_rows(loop_vars, ops.convert_to_tensor(keep.astype("int32")))
+
+
+def warm_greedy(
+    steps,
+    source_ids,
+    *,
+    start_id: int,
+    end_id: int,
+    max_length: int,
+    shrink_to: Sequence[int] = (),
+) -> None:
+    """Compiles what `greedy_search` runs for batches shaped like `source_ids`.
+
+    That is its own call, and, for the smallest count of `shrink_to`, also the
+    segment that larger batches run once their unfinished rows fit that count:
+    such a batch alone runs as one call (nothing smaller to shrink to), so its own
+    decode would not compile the segment. A server warms each of its bucket shapes
+    with this, so that no request waits for a compilation.
+    """
+    options = dict(start_id=start_id, end_id=end_id, max_length=max_length)
+    greedy_search(steps, source_ids, shrink_to=shrink_to, **options)
+    batch = len(source_ids)
+    smallest = batch in shrink_to and not _smaller_counts(shrink_to, batch)
+    if smallest and getattr(steps, "compiled_loops", False):
+        shrinking_greedy(steps, source_ids, start_id, end_id, max_length, shrink_to)
+
+
+def _smaller_counts(shrink_to: Sequence[int], batch: int) -> list[int]:
+    """The row counts of `shrink_to` a batch of `batch` rows can shrink to, ascending."""
+    return sorted({int(rows) for rows in shrink_to if 0 < rows < batch})
 
 
 def _keep_rows(steps, loop_vars, rows):

@@ -21,7 +21,7 @@ from mintransformer.core.files import atomic_write
 from mintransformer.data.lengths import pad_batch
 from mintransformer.data.text import normalize_text, read_lines
 from mintransformer.decoding.beam import beam_search, beam_search_n_best
-from mintransformer.decoding.greedy import greedy_search
+from mintransformer.decoding.greedy import greedy_search, warm_greedy
 from mintransformer.inference.engines import keras_translation_steps, translation_engine
 from mintransformer.inference.streaming import CHUNK_LINES, map_lines
 
@@ -141,11 +141,7 @@ class Translator:
         sources = self.encode_sources([texts[i] for i in todo])
         order = np.argsort([len(s) for s in sources], kind="stable")
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-        options = dict(
-            start_id=self.tokenizer.start_id,
-            end_id=self.tokenizer.end_id,
-            max_length=self.max_output_length,
-        )
+        options = self._search_options()
         for batch in tqdm(batches, disable=not progress, desc="translating", unit="batch"):
             ids = pad_batch([sources[i] for i in batch], pad_id=self.tokenizer.pad_id)
             if beam_size == 1:
@@ -182,11 +178,7 @@ class Translator:
             per row, `n_best` `(translation, score)` pairs, best first; the score is the
             length-normalised log-probability (None for greedy decoding).
         """
-        options = dict(
-            start_id=self.tokenizer.start_id,
-            end_id=self.tokenizer.end_id,
-            max_length=self.max_output_length,
-        )
+        options = self._search_options()
         if beam_size == 1 and n_best == 1:
             tokens = greedy_search(self.steps, source_ids, shrink_to=shrink_to, **options)
             return [[(self.tokenizer.decode(row), None)] for row in tokens]
@@ -194,6 +186,21 @@ class Translator:
             self.steps, source_ids, beam_size=beam_size, alpha=alpha, n_best=n_best, **options
         )
         return [[(self.tokenizer.decode(ids), score) for ids, score in row] for row in ranked]
+
+    def warm_up(self, source_ids, beam_size: int = 1, shrink_to: Sequence[int] = ()) -> None:
+        """Compiles what `translate_ids` runs for batches shaped like `source_ids`
+        (greedy: `greedy.warm_greedy`, with the shapes `shrink_to` leads to)."""
+        if beam_size == 1:
+            warm_greedy(self.steps, source_ids, shrink_to=shrink_to, **self._search_options())
+        else:
+            self.translate_ids(source_ids, beam_size)
+
+    def _search_options(self) -> dict:
+        return dict(
+            start_id=self.tokenizer.start_id,
+            end_id=self.tokenizer.end_id,
+            max_length=self.max_output_length,
+        )
 
     def translate_lines(
         self,

@@ -131,7 +131,8 @@ class TranslationService(Service):
             for rows, width in self.buckets.shapes():
                 ids = np.full((rows, width), self.translator.tokenizer.pad_id, "int32")
                 ids[:, 0] = self.translator.tokenizer.end_id
-                self._run(ids, (beam_size, 0.6, 1))
+                self.shapes_run.add((beam_size, rows, width))
+                self.translator.warm_up(ids, beam_size, self.buckets.rows)
         self.batcher.start()
         return time.perf_counter() - began
 
