@@ -223,6 +223,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--clients", default="1,8,32")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="with batching on")
+    parser.add_argument(
+        "--max-batch-size", type=int, default=32, help="with batching on (fewer shapes to warm)"
+    )
     parser.add_argument("--batching", default="on,off", help="on, off or on,off")
     parser.add_argument("--repeats", type=int, default=3, help="passes per figure (median)")
     parser.add_argument("--cli", type=int, default=3, help="sentences for the CLI baseline")
@@ -252,7 +255,9 @@ def main() -> None:
         results["offline_batch32"][engine] = ceilings
         print(f"{engine}: offline decoding at batch 32: {json.dumps(ceilings)}")
         for batching in (b == "on" for b in args.batching.split(",")):
-            process, url, startup = start_server(path, engine, batching, args.max_wait_ms)
+            process, url, startup = start_server(
+                path, engine, batching, args.max_wait_ms, args.max_batch_size
+            )
             try:
                 for clients in (int(c) for c in args.clients.split(",")):
                     row, answers = load_row(url, offline, clients, args.repeats)

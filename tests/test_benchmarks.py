@@ -317,7 +317,7 @@ def test_serving_benchmark_reports_each_server_setting_against_offline_and_the_c
     output = tmp_path / "serving.json"
     command = [sys.executable, "-m", "benchmarks.serving", "--run", str(trained_run.path)]
     command += ["--requests", "6", "--clients", "1,2", "--cli", "1", "--repeats", "2"]
-    command += ["--short", "3", "--output", str(output)]
+    command += ["--short", "3", "--max-batch-size", "2", "--output", str(output)]
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
 
     report = json.loads(output.read_text())

@@ -52,8 +52,8 @@ class RecordingDecode:
 def test_requests_arriving_together_share_one_decode_call():
     decode = RecordingDecode()
     batcher = Batcher(decode, max_batch_size=8, max_wait_ms=200)
-    batcher.start()
     futures = [batcher.submit([i, i + 100], key="greedy") for i in range(4)]
+    batcher.start()
     results = [future.result(timeout=10) for future in futures]
     batcher.stop()
     assert results == [[2 * i, 2 * (i + 100)] for i in range(4)]
@@ -63,16 +63,42 @@ def test_requests_arriving_together_share_one_decode_call():
 def test_different_settings_are_not_mixed_and_a_full_batch_does_not_wait():
     decode = RecordingDecode()
     batcher = Batcher(decode, max_batch_size=2, max_wait_ms=10_000)
-    batcher.start()
     started = time.monotonic()
     a = batcher.submit([1], key="beam 4")
     b = batcher.submit([2], key="greedy")
     c = batcher.submit([3], key="beam 4")
+    batcher.start()
     assert a.result(timeout=5) == [2] and c.result(timeout=5) == [6]
     assert time.monotonic() - started < 5  # two items filled the batch: no 10 s wait
     batcher.stop()  # stopping stops the waiting: the greedy request is decoded, not lost
     assert b.result(timeout=5) == [4]
     assert sorted(key for key, _ in decode.calls) == ["beam 4", "greedy"]
+
+
+def test_a_lone_client_is_never_held_for_company():
+    decode = RecordingDecode()
+    batcher = Batcher(decode, max_batch_size=8, max_wait_ms=10_000)
+    batcher.start()
+    started = time.monotonic()
+    for i in range(3):  # one request at a time, each sent once the last is answered
+        assert batcher.submit([i], key="greedy").result(timeout=5) == [2 * i]
+    assert time.monotonic() - started < 5
+    batcher.stop()
+    assert [items for _, items in decode.calls] == [[0], [1], [2]]
+
+
+def test_a_request_that_arrives_during_a_call_waits_for_company():
+    decode = RecordingDecode(delay=0.3)
+    batcher = Batcher(decode, max_batch_size=8, max_wait_ms=2_000)
+    batcher.start()
+    first = batcher.submit([1], key="greedy")  # alone: decoded at once
+    time.sleep(0.1)
+    second = batcher.submit([2], key="greedy")  # arrives while the first call runs
+    time.sleep(0.5)
+    third = batcher.submit([3], key="greedy")  # within the second's wait
+    assert [f.result(timeout=10) for f in (first, second, third)] == [[2], [4], [6]]
+    batcher.stop()
+    assert [items for _, items in decode.calls] == [[1], [2, 3]]
 
 
 def test_a_failing_batch_fails_its_requests_only():

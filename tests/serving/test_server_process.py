@@ -16,41 +16,45 @@ psutil = pytest.importorskip("psutil", reason="the load test reads the server's 
 
 
 def test_sigterm_finishes_requests_in_flight_refuses_new_ones_and_exits_0(trained_run, tmp_path):
-    # A request waits up to 3 s for company: long enough to be in flight at SIGTERM.
-    # No warm-up (--warm-beams ""): this server starts sooner, and its request compiles.
+    # No warm-up (--warm-beams ""): this server starts sooner, and its first request
+    # compiles. A second request that arrives during that call then waits up to 3 s for
+    # company: long enough to be in flight at SIGTERM.
     server = ServerProcess(
         trained_run.path, "--warm-beams", "", "--max-wait-ms", "3000",
         log_path=tmp_path / "server.log",
     )  # fmt: skip
     try:
         server.wait_ready()
-        answer: dict = {}
+        answers: dict = {}
 
-        def in_flight() -> None:
-            response = httpx.post(
-                server.url + "/api/translate", json={"texts": ["nine"]}, timeout=60
-            )
-            answer["status"], answer["body"] = response.status_code, response.json()
+        def post(text: str) -> None:
+            response = httpx.post(server.url + "/api/translate", json={"texts": [text]}, timeout=60)
+            answers[text] = response.status_code, response.json()
 
-        request = threading.Thread(target=in_flight)
-        request.start()
+        requests = [threading.Thread(target=post, args=(text,)) for text in ("nine", "ten")]
+        requests[0].start()
+        time.sleep(0.1)
+        requests[1].start()
         time.sleep(1.0)
-        assert request.is_alive()
+        assert requests[1].is_alive()
         server.process.send_signal(signal.SIGTERM)
         refused = False
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline and not refused:
             try:
                 httpx.get(server.url + "/api/health", timeout=1)
-            except (httpx.ConnectError, httpx.RemoteProtocolError):
+            except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError):
                 # Refused, or accepted while the listener was closing and then closed
                 # without an answer: either way, not served.
                 refused = True
             time.sleep(0.05)
         assert refused, "a new connection was still accepted after SIGTERM"
-        assert request.is_alive()  # the refused connection did not end the one in flight
-        request.join(timeout=60)
-        assert answer["status"] == 200 and answer["body"]["results"][0]["translation"]
+        assert requests[1].is_alive()  # the refused connection did not end the one in flight
+        for request in requests:
+            request.join(timeout=60)
+        for status, body in answers.values():
+            assert status == 200 and body["results"][0]["translation"]
+        assert len(answers) == 2
         assert server.process.wait(timeout=60) == 0
     finally:
         server.stop()

@@ -119,23 +119,30 @@ def test_two_processes_over_loopback_train_as_one_device(tmp_path, one_device_tr
 
 @pytest.mark.slow
 def test_checkpoints_move_between_one_device_and_two(tmp_path, one_device_translation):
-    # Epoch 1 on two devices, epoch 2 resumed on one; and the other way round.
+    # Epoch 1 on two devices, epoch 2 resumed on one; and the other way round. The two
+    # directions are independent runs, so each stage runs both at once.
     epoch_1 = len(one_device_translation["losses"]) // 2
-    two_devices = dict(devices=2)
-    one_device = dict(pad_as=2)
-    for name, first, then in (("2to1", two_devices, one_device), ("1to2", one_device, two_devices)):
-        run_dir = tmp_path / name
-        parallel = [2] if "devices" in first else []
-        started = train(run_dir, "translation", 1, *parallel, **first)
-        config = json.loads((run_dir / "config.json").read_text())
-        (run_dir / "config.json").write_text(json.dumps({**config, "epochs": 2}))
-        parallel = [2] if "devices" in then else []
-        resumed = train(run_dir, "translation", 2, *parallel, resume=True, **then)
+    two_devices, one_device = dict(devices=2), dict(pad_as=2)
+    directions = {"2to1": (two_devices, one_device), "1to2": (one_device, two_devices)}
+
+    def start(name: str, options: dict, epochs: int, resume: bool = False):
+        parallel = [2] if "devices" in options else []
+        return worker(tmp_path / name, "translation", epochs, *parallel, resume=resume, **options)
+
+    started = {name: start(name, first, 1) for name, (first, _) in directions.items()}
+    started = {name: finish(process) for name, process in started.items()}
+    for name in directions:
+        config_path = tmp_path / name / "config.json"
+        config = json.loads(config_path.read_text())
+        config_path.write_text(json.dumps({**config, "epochs": 2}))
+    resumed = {name: start(name, then, 2, resume=True) for name, (_, then) in directions.items()}
+    resumed = {name: finish(process) for name, process in resumed.items()}
+    for name in directions:
+        assert len(started[name]["losses"]) == epoch_1
         joined = {
-            "losses": started["losses"] + resumed["losses"],
-            "weights": resumed["weights"],
+            "losses": started[name]["losses"] + resumed[name]["losses"],
+            "weights": resumed[name]["weights"],
         }
-        assert len(started["losses"]) == epoch_1
         assert_same_steps(one_device_translation, joined)
 
 

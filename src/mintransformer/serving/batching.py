@@ -5,6 +5,10 @@ takes the oldest one, waits up to `max_wait_ms` for others with the same decodin
 settings until `max_batch_size` items are waiting, and hands them all to `decode` in
 one call. Each request's future then gets its own items' results, in its order.
 With `max_wait_ms=0` and `max_batch_size=1` every request is decoded alone.
+
+The wait is only paid where other requests are about: the oldest request waits for
+company if the previous call decoded several requests, or if requests arrived while it
+ran. A lone client's requests are decoded at once.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ class Batcher:
             thread only, with the items of one or more requests that share `key`.
         max_batch_size: the most items gathered for one call (a larger request is
             still decoded whole: `decode` splits it).
-        max_wait_ms: how long the oldest request waits for company.
+        max_wait_ms: how long the oldest request waits for company, where company is
+            expected (see the module docstring).
     """
 
     def __init__(
@@ -63,6 +68,7 @@ class Batcher:
         self._queue: list[_Job] = []
         self._changed = threading.Condition()
         self._stopping = False
+        self._last_call_requests = 0
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -95,13 +101,17 @@ class Batcher:
     def _next_batch(self) -> list[_Job] | None:
         """The jobs of the next decode call (None once stopped and drained)."""
         with self._changed:
+            # Requests queued before the worker asks arrived while the last call ran.
+            company_expected = self._last_call_requests > 1 or bool(self._queue)
             while not self._queue:
                 if self._stopping:
                     return None
                 self._changed.wait()
             key = self._queue[0].key
             deadline = self._queue[0].arrived + self.max_wait
-            while not self._stopping and self._waiting(key) < self.max_batch_size:
+            while (
+                company_expected and not self._stopping and self._waiting(key) < self.max_batch_size
+            ):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -112,6 +122,7 @@ class Batcher:
                     taken.append(job)
                     count += len(job.items)
             self._queue = [job for job in self._queue if job not in taken]
+            self._last_call_requests = len(taken)
             return taken
 
     def _work(self) -> None:
