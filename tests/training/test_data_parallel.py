@@ -56,10 +56,6 @@ def finish(process, timeout=300) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def train(run_dir, task, epochs, *parallel, **options) -> dict:
-    return finish(worker(run_dir, task, epochs, *parallel, **options))
-
-
 def assert_same_steps(a: dict, b: dict):
     """The loss after every step equal within 1e-5, and the weights close.
 
@@ -87,26 +83,46 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class _Pending:
+    """A started worker whose JSON is read once, when first asked for."""
+
+    def __init__(self, process):
+        self.process = process
+        self.outcome = None
+
+    def result(self) -> dict:
+        if self.outcome is None:
+            self.outcome = finish(self.process)
+        return self.outcome
+
+
 @pytest.fixture(scope="module")
 def one_device_translation(tmp_path_factory):
-    """Two epochs on one device, batches padded as for two (see the worker)."""
-    return train(tmp_path_factory.mktemp("one") / "run", "translation", 2, pad_as=2)
+    """Two epochs on one device, batches padded as for two (see the worker).
+
+    Started, not awaited: the first test that uses it trains its own run meanwhile.
+    """
+    pending = _Pending(worker(tmp_path_factory.mktemp("one") / "run", "translation", 2, pad_as=2))
+    yield pending
+    if pending.outcome is None and pending.process.poll() is None:
+        pending.process.kill()
 
 
 @pytest.mark.slow
 def test_two_devices_train_the_translation_model_as_one_does(tmp_path, one_device_translation):
-    two = train(tmp_path / "run", "translation", 2, 2, devices=2)
-    assert_same_steps(one_device_translation, two)
+    two = worker(tmp_path / "run", "translation", 2, 2, devices=2)
+    assert_same_steps(one_device_translation.result(), finish(two))
 
 
 @pytest.mark.slow
 def test_two_devices_train_the_classifier_as_one_does(tmp_path):
     # Classification batches have any number of rows: padding rows carry weight 0.
+    # The two runs are independent, so they train at once.
     reviews_data(tmp_path / "one")
     reviews_data(tmp_path / "two")
-    one = train(tmp_path / "one", "classification", 2, pad_as=2)
-    two = train(tmp_path / "two", "classification", 2, 2, devices=2)
-    assert_same_steps(one, two)
+    one = worker(tmp_path / "one", "classification", 2, pad_as=2)
+    two = worker(tmp_path / "two", "classification", 2, 2, devices=2)
+    assert_same_steps(finish(one), finish(two))
 
 
 @pytest.mark.slow
@@ -114,14 +130,15 @@ def test_two_processes_over_loopback_train_as_one_device(tmp_path, one_device_tr
     address = f"127.0.0.1:{free_port()}"
     processes = [worker(tmp_path / f"run{i}", "translation", 2, 1, address, 2, i) for i in range(2)]
     for process in processes:
-        assert_same_steps(one_device_translation, finish(process))
+        assert_same_steps(one_device_translation.result(), finish(process))
 
 
 @pytest.mark.slow
 def test_checkpoints_move_between_one_device_and_two(tmp_path, one_device_translation):
     # Epoch 1 on two devices, epoch 2 resumed on one; and the other way round. The two
     # directions are independent runs, so each stage runs both at once.
-    epoch_1 = len(one_device_translation["losses"]) // 2
+    reference = one_device_translation.result()
+    epoch_1 = len(reference["losses"]) // 2
     two_devices, one_device = dict(devices=2), dict(pad_as=2)
     directions = {"2to1": (two_devices, one_device), "1to2": (one_device, two_devices)}
 
@@ -143,7 +160,7 @@ def test_checkpoints_move_between_one_device_and_two(tmp_path, one_device_transl
             "losses": started[name]["losses"] + resumed[name]["losses"],
             "weights": resumed[name]["weights"],
         }
-        assert_same_steps(one_device_translation, joined)
+        assert_same_steps(reference, joined)
 
 
 class _Rows:
