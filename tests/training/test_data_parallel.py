@@ -5,6 +5,7 @@ devices JAX sees is fixed by XLA_FLAGS when JAX starts, so the test process, who
 backend may be any, keeps its own.
 """
 
+import functools
 import json
 import os
 import socket
@@ -83,35 +84,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class _Pending:
-    """A started worker whose JSON is read once, when first asked for."""
-
-    def __init__(self, process):
-        self.process = process
-        self.outcome = None
-
-    def result(self) -> dict:
-        if self.outcome is None:
-            self.outcome = finish(self.process)
-        return self.outcome
-
-
 @pytest.fixture(scope="module")
 def one_device_translation(tmp_path_factory):
     """Two epochs on one device, batches padded as for two (see the worker).
 
-    Started, not awaited: the first test that uses it trains its own run meanwhile.
+    Started, not awaited: the fixture is a call that waits for the worker's JSON (once),
+    so the first test that uses it trains its own run meanwhile.
     """
-    pending = _Pending(worker(tmp_path_factory.mktemp("one") / "run", "translation", 2, pad_as=2))
-    yield pending
-    if pending.outcome is None and pending.process.poll() is None:
-        pending.process.kill()
+    process = worker(tmp_path_factory.mktemp("one") / "run", "translation", 2, pad_as=2)
+    yield functools.cache(functools.partial(finish, process))
+    if process.poll() is None:
+        process.kill()
 
 
 @pytest.mark.slow
 def test_two_devices_train_the_translation_model_as_one_does(tmp_path, one_device_translation):
     two = worker(tmp_path / "run", "translation", 2, 2, devices=2)
-    assert_same_steps(one_device_translation.result(), finish(two))
+    assert_same_steps(one_device_translation(), finish(two))
 
 
 @pytest.mark.slow
@@ -130,15 +119,13 @@ def test_two_processes_over_loopback_train_as_one_device(tmp_path, one_device_tr
     address = f"127.0.0.1:{free_port()}"
     processes = [worker(tmp_path / f"run{i}", "translation", 2, 1, address, 2, i) for i in range(2)]
     for process in processes:
-        assert_same_steps(one_device_translation.result(), finish(process))
+        assert_same_steps(one_device_translation(), finish(process))
 
 
 @pytest.mark.slow
 def test_checkpoints_move_between_one_device_and_two(tmp_path, one_device_translation):
     # Epoch 1 on two devices, epoch 2 resumed on one; and the other way round. The two
     # directions are independent runs, so each stage runs both at once.
-    reference = one_device_translation.result()
-    epoch_1 = len(reference["losses"]) // 2
     two_devices, one_device = dict(devices=2), dict(pad_as=2)
     directions = {"2to1": (two_devices, one_device), "1to2": (one_device, two_devices)}
 
@@ -154,6 +141,8 @@ def test_checkpoints_move_between_one_device_and_two(tmp_path, one_device_transl
         config_path.write_text(json.dumps({**config, "epochs": 2}))
     resumed = {name: start(name, then, 2, resume=True) for name, (_, then) in directions.items()}
     resumed = {name: finish(process) for name, process in resumed.items()}
+    reference = one_device_translation()
+    epoch_1 = len(reference["losses"]) // 2
     for name in directions:
         assert len(started[name]["losses"]) == epoch_1
         joined = {
