@@ -23,7 +23,11 @@ lint: install
 
 # Everything on the default backend (TensorFlow), the core tests on JAX and PyTorch too.
 # The TensorFlow run lists its 25 slowest tests: where the suite's time goes.
+# Much of a test's time is single-threaded tracing and compiling, so two worker processes
+# keep both cores busy; --dist loadscope keeps a module's tests (and its fixtures) in one.
+TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadscope
 test: lint
-	KERAS_BACKEND=tensorflow $(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
-	KERAS_BACKEND=jax $(BIN)/python -m pytest -q -p no:cacheprovider -m core
+	KERAS_BACKEND=tensorflow $(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) --durations=25
+	KERAS_BACKEND=jax $(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) -m core
 	KERAS_BACKEND=torch $(BIN)/python -m pytest -q -p no:cacheprovider -m core
