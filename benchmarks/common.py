@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import gc
 import importlib
 import json
@@ -207,6 +208,26 @@ def write_json(data: dict, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
+
+
+def run_decoding_parser(doc: str) -> argparse.ArgumentParser:
+    """The parser of a benchmark that decodes a finished run's model: `--run`, `--src`."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--run", type=Path, required=True, help="a finished translation run")
+    parser.add_argument("--src", type=Path, required=True, help="source sentences, one a line")
+    return parser
+
+
+def write_report(results: dict, args: argparse.Namespace) -> dict:
+    """Writes `{machine, versions, settings, results}` to `args.json`; returns it."""
+    report = {
+        "machine": machine(),
+        "versions": versions(),
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "results": results,
+    }
+    write_json(report, args.json)
+    return report
 
 
 def run_per_backend(

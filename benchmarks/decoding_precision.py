@@ -22,18 +22,15 @@ from pathlib import Path
 from benchmarks.common import (
     RESULTS_DIR,
     format_table,
-    machine,
     median,
+    run_decoding_parser,
     time_in_turns,
-    versions,
-    write_json,
+    write_report,
 )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--run", type=Path, required=True, help="a finished translation run")
-    parser.add_argument("--src", type=Path, required=True, help="source sentences, one a line")
+    parser = run_decoding_parser(__doc__)
     parser.add_argument("--ref", type=Path, required=True, help="reference translations")
     parser.add_argument("--sentences", type=int, default=256, help="first N sentences used")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -94,14 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
             )
     headers = ["search", "precision", "sentences/s (median)", "/ fp32", "BLEU", "- fp32"]
     print(format_table(headers, rows))
-    result = {
-        "machine": machine(),
-        "versions": versions(),
-        "settings": {k: str(v) for k, v in vars(args).items()},
-        "results": report,
-    }
-    write_json(result, args.json)
-    return result
+    return write_report(report, args)
 
 
 if __name__ == "__main__":

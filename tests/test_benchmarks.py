@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from benchmarks import (
+    cache_length,
     decoding,
     decoding_precision,
     gemm_floor,
@@ -363,3 +364,30 @@ def test_decoding_precision_benchmark_decodes_a_run_in_both_precisions(tmp_path,
         assert set(search["sentences_per_s"]) == set(search["bleu"]) == {"fp32", "bf16"}
         assert all(speed > 0 for speed in search["sentences_per_s"].values())
         assert all(0.0 <= bleu <= 100.0 for bleu in search["bleu"].values())
+
+
+def test_cache_length_benchmark_decodes_the_same_tokens_with_every_cache(tmp_path, trained_run):
+    from mintransformer.data.corpora import load_corpus
+
+    src = tmp_path / "src.txt"
+    src.write_text(
+        "\n".join(source for source, _ in load_corpus(trained_run.config().data)["test"][:6])
+    )
+    output = tmp_path / "cache_length.json"
+    cache_length.main(
+        ["--run", str(trained_run.path), "--src", str(src), "--caches", "24,12"]
+        + ["--steps", "10", "--lone", "2", "--batch-size", "4", "--rounds", "1"]
+        + ["--json", str(output)]
+    )
+    report = json.loads(output.read_text())["results"]
+    assert set(report) == {"alone", "batch 4"}
+    for workload in report.values():
+        assert workload["same_tokens"] is True
+        assert set(workload["ms_per_call"]) == {"12", "24"}
+        assert all(ms > 0 for ms in workload["ms_per_call"].values())
+
+
+def test_cache_length_benchmark_refuses_more_steps_than_the_shortest_cache(capsys):
+    with pytest.raises(SystemExit):
+        cache_length.parse_args(["--run", "r", "--src", "s", "--caches", "32,16", "--steps", "20"])
+    assert "--steps 20 exceeds the shortest cache (16)" in capsys.readouterr().err
