@@ -2,15 +2,23 @@
 
     python -m benchmarks.cache_length --run R --src ../shared/data/multi30k/test_2016_flickr.en
 
-`CachedSteps` keeps `max_output_length` slots of keys and values per layer, and every
-step reads all of them (the slots not written yet are masked). The run's model is loaded
-once per cache length of `--caches` (`Translator.from_run(max_output_length=...)`) and
-each decodes the same sentences greedily with the same bound on generated tokens
-(`--steps`). So every cache length yields the same tokens, and the differences in time are
-the cache's alone. Two workloads, timed in turns (`--rounds` rounds after a warm-up call):
-the first `--lone` sentences each decoded alone (a batch of one, as a server decodes a
-lone request), and the first `--batch-size` sentences as one batch. The report gives the
-median milliseconds per call and each cache length against the shortest.
+Every step of `CachedSteps` reads all the slots of its key/value cache (the slots not
+written yet are masked), which is why a greedy decode starts on a short cache and grows it
+only for rows that need more (`CachedSteps.first_cache_length`). Two comparisons, each on
+two workloads: the first `--lone` sentences each decoded alone (a batch of one, as a server
+decodes a lone request), and the first `--batch-size` sentences as one batch.
+
+- "fixed": steps whose cache holds a fixed number of slots, each of `--caches`
+  (`CachedSteps(model, n, first_cache_length=n)`), with the same bound on generated
+  tokens (`--steps`). Every cache yields the same tokens, so the differences in time are
+  the cache's alone.
+- "to the end": decodes to `</s>` (at most the model's target positions) through the
+  default steps, which start on a short cache and grow it, against a cache of all the
+  target positions from the start.
+
+Each comparison is timed in turns (`--rounds` rounds after a warm-up call). The report
+gives the median milliseconds per call, each against the first of its comparison, and
+whether the tokens were the same.
 """
 
 from __future__ import annotations
@@ -54,59 +62,58 @@ def main(argv: list[str] | None = None) -> dict:
     from mintransformer.backend.runtime import configure_runtime
     from mintransformer.data.lengths import pad_batch
     from mintransformer.decoding.greedy import greedy_search
+    from mintransformer.decoding.steps import CachedSteps
     from mintransformer.inference.translator import Translator
 
     print(configure_runtime())
     print(choose_precision(None)[1])
     sources = args.src.read_text(encoding="utf-8").splitlines()
-    translators = {n: Translator.from_run(args.run, max_output_length=n) for n in args.caches}
-    any_translator = translators[args.caches[0]]
-    pad_id = any_translator.tokenizer.pad_id
+    translator = Translator.from_run(args.run)
+    model, tokenizer = translator.model, translator.tokenizer
+    positions = model.decoder.max_length
+
+    def padded(texts: list[str]):
+        return pad_batch(translator.encode_sources(texts), pad_id=tokenizer.pad_id)
+
     workloads = {
-        "alone": [
-            pad_batch(any_translator.encode_sources([text]), pad_id=pad_id)
-            for text in sources[: args.lone]
-        ],
-        f"batch {args.batch_size}": [
-            pad_batch(any_translator.encode_sources(sources[: args.batch_size]), pad_id=pad_id)
-        ],
+        "alone": [padded([text]) for text in sources[: args.lone]],
+        f"batch {args.batch_size}": [padded(sources[: args.batch_size])],
     }
-    options = dict(
-        start_id=any_translator.tokenizer.start_id,
-        end_id=any_translator.tokenizer.end_id,
-        max_length=args.steps,
-    )
-    tokens: dict[tuple[str, int], list] = {}
-
-    def runner(workload: str, cache: int):
-        def decode():
-            tokens[workload, cache] = [
-                greedy_search(translators[cache].steps, ids, **options)
-                for ids in workloads[workload]
-            ]
-
-        return decode
-
+    comparisons = {
+        "fixed": (
+            {f"{n} slots": CachedSteps(model, n, first_cache_length=n) for n in args.caches},
+            args.steps,
+        ),
+        "to the end": (
+            {
+                f"{positions} slots": CachedSteps(model, positions, first_cache_length=positions),
+                "grown": CachedSteps(model, positions),
+            },
+            positions,
+        ),
+    }
     rows, report = [], {}
-    for workload, batches in workloads.items():
-        builders = {
-            f"cache {cache}": functools.partial(runner, workload, cache) for cache in args.caches
-        }
-        timed = time_in_turns(builders, steps=args.rounds, warmup=1)
-        per_call = {
-            cache: median(timed[f"cache {cache}"][0]) / len(batches) for cache in args.caches
-        }
-        same = all(
-            tokens[workload, cache] == tokens[workload, args.caches[0]] for cache in per_call
-        )
-        report[workload] = {
-            "ms_per_call": {str(cache): ms for cache, ms in per_call.items()},
-            "same_tokens": same,
-        }
-        shortest = per_call[args.caches[0]]
-        for cache, ms in per_call.items():
-            rows.append([workload, str(cache), f"{ms:.1f}", f"{ms / shortest:.2f}x", str(same)])
-    headers = ["workload", "cache", "ms per call (median)", "/ shortest", "same tokens"]
+    for comparison, (steps, max_length) in comparisons.items():
+        options = dict(start_id=tokenizer.start_id, end_id=tokenizer.end_id, max_length=max_length)
+        for workload, batches in workloads.items():
+            tokens: dict[str, list] = {}
+
+            def runner(name: str, batches=batches, steps=steps, options=options, tokens=tokens):
+                def decode():
+                    tokens[name] = [greedy_search(steps[name], ids, **options) for ids in batches]
+
+                return decode
+
+            builders = {name: functools.partial(runner, name) for name in steps}
+            timed = time_in_turns(builders, steps=args.rounds, warmup=1)
+            per_call = {name: median(timed[name][0]) / len(batches) for name in steps}
+            first = next(iter(steps))
+            same = all(tokens[name] == tokens[first] for name in steps)
+            report[f"{comparison}, {workload}"] = {"ms_per_call": per_call, "same_tokens": same}
+            for name, ms in per_call.items():
+                ratio = f"{ms / per_call[first]:.2f}x"
+                rows.append([comparison, workload, name, f"{ms:.1f}", ratio, str(same)])
+    headers = ["comparison", "workload", "cache", "ms per call (median)", "/ first", "same tokens"]
     print(format_table(headers, rows))
     return write_report(report, args)
 

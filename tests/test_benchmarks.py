@@ -380,11 +380,13 @@ def test_cache_length_benchmark_decodes_the_same_tokens_with_every_cache(tmp_pat
         + ["--json", str(output)]
     )
     report = json.loads(output.read_text())["results"]
-    assert set(report) == {"alone", "batch 4"}
-    for workload in report.values():
-        assert workload["same_tokens"] is True
-        assert set(workload["ms_per_call"]) == {"12", "24"}
-        assert all(ms > 0 for ms in workload["ms_per_call"].values())
+    expected = {f"{c}, {w}" for c in ("fixed", "to the end") for w in ("alone", "batch 4")}
+    assert set(report) == expected
+    for name, comparison in report.items():
+        assert comparison["same_tokens"] is True, name
+        assert all(ms > 0 for ms in comparison["ms_per_call"].values())
+    assert set(report["fixed, alone"]["ms_per_call"]) == {"12 slots", "24 slots"}
+    assert set(report["to the end, batch 4"]["ms_per_call"]) == {"24 slots", "grown"}
 
 
 def test_cache_length_benchmark_refuses_more_steps_than_the_shortest_cache(capsys):

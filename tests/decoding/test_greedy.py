@@ -108,19 +108,27 @@ def test_greedy_returns_a_token_matrix_and_lengths(setup):
         assert (row[length:] == end_id).all()
 
 
-def recorded_steps(model, monkeypatch):
-    """`CachedSteps` of `model` and the list of `(loop key, rows)` of every compiled
-    call it makes, appended as they run."""
-    steps = CachedSteps(model, CACHE)
+def recorded_steps(model, monkeypatch, first_cache_length: int = 32):
+    """`CachedSteps` of `model` and the list of `(call, rows, cache length)` of every
+    compiled call it makes, appended as they run (calls: "greedy", the first, then
+    "greedy_segment", "greedy_keep_rows", "greedy_grow"; keep_rows gives the rows kept)."""
+    steps = CachedSteps(model, CACHE, first_cache_length)
     calls = []
     compile_loop = steps.compiled_loop
 
     def recording(key, loop, jit_compile=True):
         compiled = compile_loop(key, loop, jit_compile)
+        name = key[0] if isinstance(key, tuple) else key
 
         def run(*args):
-            rows = args[0] if key in ("greedy", "greedy_start") else args[1]  # ids / tokens
-            calls.append((key, int(to_numpy(rows).shape[0])))
+            if name == "greedy":  # (source ids, ...), on a new cache of key[1] slots
+                rows, cache = args[0], key[1]
+            elif name == "greedy_segment":  # (index, tokens, state, ...)
+                rows, cache = args[1], steps.cache_length(args[2])
+            else:  # (loop variables, ...): keep_rows gives the rows, grow the new length
+                rows = args[1] if name == "greedy_keep_rows" else args[0][1]
+                cache = key[1] if name == "greedy_grow" else steps.cache_length(args[0][2])
+            calls.append((name, int(to_numpy(rows).shape[0]), int(cache)))
             return compiled(*args)
 
         return run
@@ -140,10 +148,10 @@ def test_dropping_finished_rows_gives_the_same_tokens_in_fewer_rows(setup, monke
     one_call = compiled_greedy(CachedSteps(model, CACHE), sources, **options)
     np.testing.assert_array_equal(tokens, one_call[0])
     np.testing.assert_array_equal(lengths, one_call[1])
-    segment_rows = [rows for key, rows in calls if key == "greedy_segment"]
-    assert segment_rows[0] == len(sources) and segment_rows[-1] < len(sources)
-    assert segment_rows == sorted(segment_rows, reverse=True)
-    assert set(segment_rows[1:]) <= {1, 2, 4}
+    assert calls[0] == ("greedy", len(sources), CACHE)
+    segment_rows = [rows for name, rows, _ in calls if name == "greedy_segment"]
+    assert segment_rows and segment_rows == sorted(segment_rows, reverse=True)
+    assert set(segment_rows) <= {1, 2, 4}
 
 
 @pytest.mark.core
@@ -152,25 +160,64 @@ def test_a_batch_with_no_smaller_row_count_runs_as_one_call(setup, monkeypatch):
     steps, calls = recorded_steps(model, monkeypatch)
     options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=CACHE)
     tokens, lengths = compiled_greedy(steps, sources[:1], shrink_to=(1, 2, 4), **options)
-    assert calls == [("greedy", 1)]
+    assert calls == [("greedy", 1, CACHE)]
     one_call = compiled_greedy(CachedSteps(model, CACHE), sources[:1], **options)
     np.testing.assert_array_equal(tokens, one_call[0])
     np.testing.assert_array_equal(lengths, one_call[1])
 
 
 @pytest.mark.core
-def test_warming_the_smallest_row_count_also_compiles_the_segment_larger_batches_end_in(
-    setup, monkeypatch
+@pytest.mark.parametrize("shrink_to", [(), (1, 2, 4)])
+def test_a_decode_longer_than_the_first_cache_grows_it_and_gives_the_same_tokens(
+    setup, monkeypatch, shrink_to
 ):
     model, _, sources, unstopped = setup
-    steps, calls = recorded_steps(model, monkeypatch)
-    options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=CACHE)
-    greedy.warm_greedy(steps, sources[:1], shrink_to=(1, 2, 4), **options)
-    assert {key for key, _ in calls} == {"greedy", "greedy_start", "greedy_segment"}
-    assert {rows for _, rows in calls} == {1}
+    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=5)
+    end_id = end_at_different_lengths(unstopped)  # rows end before and after position 5
+    options = dict(start_id=START, end_id=end_id, max_length=CACHE)
+    tokens, lengths = compiled_greedy(steps, sources, shrink_to=shrink_to, **options)
+    one_cache = compiled_greedy(CachedSteps(model, CACHE, CACHE), sources, **options)
+    np.testing.assert_array_equal(tokens, one_cache[0])
+    np.testing.assert_array_equal(lengths, one_cache[1])
+    assert calls[0] == ("greedy", len(sources), 5)
+    assert [name for name, *_ in calls].count("greedy_grow") == 1
+    segments = [cache for name, _, cache in calls if name == "greedy_segment"]
+    assert segments[-1] == CACHE and set(segments) <= {5, CACHE}
+    # Alone, a row that ends after position 5 carries on on the grown cache.
     calls.clear()
-    greedy.warm_greedy(steps, sources[:2], shrink_to=(1, 2, 4), **options)
-    assert ("greedy", 2) not in calls and ("greedy_segment", 2) in calls
+    row = next(i for i, length in enumerate(lengths) if length > 5)
+    alone = compiled_greedy(steps, sources[row : row + 1], **options)
+    assert alone[0].tolist() == tokens[row : row + 1].tolist()
+    assert [name for name, *_ in calls] == ["greedy", "greedy_grow", "greedy_segment"]
+
+
+@pytest.mark.core
+def test_a_decode_within_the_first_cache_never_grows_it(setup, monkeypatch):
+    model, _, sources, unstopped = setup
+    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=5)
+    options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=5)
+    tokens, lengths = compiled_greedy(steps, sources, **options)
+    assert calls == [("greedy", len(sources), 5)]
+    one_cache = compiled_greedy(CachedSteps(model, CACHE, CACHE), sources, **options)
+    np.testing.assert_array_equal(tokens, one_cache[0])
+    np.testing.assert_array_equal(lengths, one_cache[1])
+
+
+@pytest.mark.core
+def test_warming_every_row_count_compiles_each_call_a_decode_then_makes(setup, monkeypatch):
+    model, _, sources, unstopped = setup
+    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=5)
+    options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=CACHE)
+    counts = (1, 2, 4, 5)
+    for rows in counts:
+        greedy.warm_greedy(steps, sources[:rows], shrink_to=counts, **options)
+    compiled = {call for call in calls if call[0] in ("greedy", "greedy_segment")}
+    assert ("greedy_segment", 5, 5) not in compiled  # a batch of 5 never shrinks to 5
+    calls.clear()
+    compiled_greedy(steps, sources, shrink_to=counts, **options)
+    decoded = {call for call in calls if call[0] in ("greedy", "greedy_segment")}
+    assert {name for name, *_ in decoded} == {"greedy", "greedy_segment"}
+    assert decoded <= compiled, decoded - compiled
 
 
 def test_greedy_longer_than_the_cache_is_refused(setup):

@@ -43,6 +43,12 @@ def test_decoding_longer_than_the_position_table_is_refused(model_and_sources):
         CachedSteps(model, 33)
 
 
+def test_a_first_cache_without_slots_is_refused(model_and_sources):
+    model, _ = model_and_sources
+    with pytest.raises(ValueError, match="first_cache_length` must be >= 1, got 0"):
+        CachedSteps(model, 8, first_cache_length=0)
+
+
 @pytest.mark.core
 def test_cached_language_model_steps_match_the_full_model():
     """Logits agree position by position, also after rows are reordered (as beams are)."""

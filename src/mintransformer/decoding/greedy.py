@@ -1,7 +1,7 @@
 """Greedy decoding: at each position take the most probable next token.
 
 `greedy_search` runs `compiled_greedy` for steps objects with `compiled_loops`
-(`CachedSteps`): the whole decode is one compiled call, the token loop a
+(`CachedSteps`): the decode is compiled calls (usually one), the token loop a
 `keras.ops.while_loop`, so there is no per-token call overhead or host transfer.
 Any other steps object (`FullRecomputeSteps`, the reference) is driven by
 `python_greedy`, one `step` per token. Both make the same choices. Only the
@@ -9,13 +9,15 @@ compiled loop imports Keras, so the Python loop also drives steps written in Num
 alone (the ONNX engine's).
 
 A row that has emitted </s> still costs a row of every later step, and the step's
-cost grows with its rows. With `shrink_to` (row counts, e.g. a server's batch
-buckets), `compiled_greedy` runs the loop in segments instead: a segment ends once
-the unfinished rows fit the next smaller count, and the next one carries on with
-those rows only. Every row count is a compiled shape, so a caller names counts
-it has compiled (or will reuse); `warm_greedy` compiles them for a shape. A batch
-with no smaller count to shrink to runs as one call: a segment boundary there
-would only add a call.
+cost grows with its rows and with the slots of its key/value cache, all of which
+each step reads. So `compiled_greedy` runs the loop in segments: the first
+encodes and decodes on a short cache (`CachedSteps.first_cache_length`), and most
+batches end in it. A segment also ends once the unfinished rows fit the next
+smaller count of `shrink_to` (row counts, e.g. a server's batch buckets), and the
+next carries on with those rows only, or once the cache is full, and the next
+carries on with it grown. Every row count and cache length is a compiled shape,
+so a caller names counts it has compiled (or will reuse); `warm_greedy` compiles
+them for a shape.
 """
 
 from __future__ import annotations
@@ -90,9 +92,13 @@ def compiled_greedy(
     max_length: int | None = None,
     shrink_to: Sequence[int] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Greedy-decodes a batch in one compiled call (the token loop runs on the device).
+    """Greedy-decodes a batch in compiled calls (the token loop runs on the device).
 
-    Stops when every row has emitted `end_id`, or after `max_length` tokens.
+    Stops when every row has emitted `end_id`, or after `max_length` tokens. The
+    first call encodes the sources and decodes on a short cache; most batches end
+    in it. A call also ends once the unfinished rows fit a smaller count of
+    `shrink_to` (the next call carries on with those rows only) or fill the cache
+    (the next one carries on with the cache grown to `steps.max_length`).
 
     Args:
         steps: steps with `compiled_loops` (`CachedSteps`).
@@ -101,8 +107,7 @@ def compiled_greedy(
         max_length: most tokens per row (</s> included); at most, and by
             default, `steps.max_length` (the cache).
         shrink_to: row counts to continue with once the unfinished rows fit one
-            below the batch's (`shrinking_greedy`); with none below it, one call.
-            Needs steps with `keep_rows_tensors`.
+            below the batch's. Needs steps with `keep_rows_tensors`.
 
     Returns:
         `(tokens, lengths)`: int `(batch, max_length)`, the token chosen at each
@@ -113,73 +118,43 @@ def compiled_greedy(
 
     max_length = steps.max_length if max_length is None else max_length
     steps.check_length(max_length)
-    if _smaller_counts(shrink_to, len(source_ids)):
-        return shrinking_greedy(steps, source_ids, start_id, end_id, max_length, shrink_to)
-    loop = steps.compiled_loop("greedy", functools.partial(_greedy_loop, steps))
-    tokens, lengths = loop(
-        ops.convert_to_tensor(np.asarray(source_ids, "int32")),
-        *(ops.convert_to_tensor(value, "int32") for value in (start_id, end_id, max_length)),
-    )
-    return ops.convert_to_numpy(tokens)[:, :max_length], ops.convert_to_numpy(lengths)
-
-
-def _greedy_loop(steps, source_ids, start_id, end_id, max_length):
-    """The tensors `compiled_greedy` compiles; `start_id`, `end_id`, `max_length` are
-    int32 scalars.
-
-    The loop carries the position, the last tokens `(batch,)`, the steps state,
-    the output `(batch, steps.max_length)`, which rows are done and their lengths.
-    Returns `(outputs, lengths)`.
-    """
-    loop_vars = _greedy_start(steps, source_ids, start_id, end_id)
-    *_, outputs, _, lengths = _greedy_segment(steps, *loop_vars, end_id, max_length, 0)
-    return outputs, lengths
-
-
-def shrinking_greedy(
-    steps, source_ids, start_id: int, end_id: int, max_length: int, shrink_to: Sequence[int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """`compiled_greedy` in segments that drop finished rows; the same results.
-
-    Each segment is one compiled call that runs until every row is done, or
-    `max_length`, or until the unfinished rows fit the largest count of
-    `shrink_to` below the current one. Then the finished rows' outputs are kept and
-    the unfinished rows, repeated up to the smallest count that holds them, go on.
-    """
-    from keras import ops
-
     batch = len(source_ids)
     sizes = _smaller_counts(shrink_to, batch)
-    start = steps.compiled_loop("greedy_start", functools.partial(_greedy_start, steps))
-    keep_rows = steps.compiled_loop(
-        "greedy_keep_rows", functools.partial(_keep_rows, steps), jit_compile=False
-    )
-    segment = steps.compiled_loop("greedy_segment", functools.partial(_greedy_segment, steps))
+    cache_lengths = _cache_lengths(steps, max_length)
+    calls = _GreedyCalls(steps)
     scalars = [ops.convert_to_tensor(value, "int32") for value in (end_id, max_length)]
-    loop_vars = start(
+    loop_vars = calls.first(cache_lengths[0])(
         ops.convert_to_tensor(np.asarray(source_ids, "int32")),
         ops.convert_to_tensor(start_id, "int32"),
-        scalars[0],
+        *scalars,
+        ops.convert_to_tensor(sizes[-1] if sizes else 0, "int32"),
     )
     all_tokens = np.full((batch, steps.max_length), end_id, "int32")
     all_lengths = np.zeros(batch, "int32")
     origin = np.arange(batch)  # the input row of each current row; pad rows come after
-    rows = batch
+    rows, cache = batch, 0
     while True:
-        smaller = [size for size in sizes if size < rows]
-        fits = ops.convert_to_tensor(smaller[-1] if smaller else 0, "int32")
-        loop_vars = segment(*loop_vars, *scalars, fits)
         index, _, _, outputs, done, lengths = loop_vars
         real = len(origin)
         all_tokens[origin] = ops.convert_to_numpy(outputs)[:real]
         all_lengths[origin] = ops.convert_to_numpy(lengths)[:real]
         unfinished = np.flatnonzero(~ops.convert_to_numpy(done)[:real])
-        if not len(unfinished) or int(ops.convert_to_numpy(index)) >= max_length:
+        position = int(ops.convert_to_numpy(index))
+        if not len(unfinished) or position >= max_length:
             return all_tokens[:, :max_length], all_lengths
-        rows = min(size for size in [*smaller, rows] if size >= len(unfinished))
-        keep = np.concatenate([unfinished, np.full(rows - len(unfinished), unfinished[0])])
-        origin = origin[unfinished]
-        loop_vars = keep_rows(loop_vars, ops.convert_to_tensor(keep.astype("int32")))
+        smaller = [size for size in sizes if size < rows]
+        fitting = min(size for size in [*smaller, rows] if size >= len(unfinished))
+        if fitting < rows:
+            rows = fitting
+            keep = np.concatenate([unfinished, np.full(rows - len(unfinished), unfinished[0])])
+            origin = origin[unfinished]
+            loop_vars = calls.keep_rows(loop_vars, ops.convert_to_tensor(keep.astype("int32")))
+        if position >= cache_lengths[cache]:
+            cache += 1
+            loop_vars = calls.grow(cache_lengths[cache])(loop_vars)
+        smaller = [size for size in sizes if size < rows]
+        fits = ops.convert_to_tensor(smaller[-1] if smaller else 0, "int32")
+        loop_vars = calls.segment(*loop_vars, *scalars, fits)
 
 
 def warm_greedy(
@@ -191,20 +166,67 @@ def warm_greedy(
     max_length: int,
     shrink_to: Sequence[int] = (),
 ) -> None:
-    """Compiles what `greedy_search` runs for batches shaped like `source_ids`.
+    """Compiles the calls `compiled_greedy` can make for batches shaped like `source_ids`.
 
-    That is its own call, and, for the smallest count of `shrink_to`, also the
-    segment that larger batches run once their unfinished rows fit that count:
-    such a batch alone runs as one call (nothing smaller to shrink to), so its own
-    decode would not compile the segment. A server warms each of its bucket shapes
-    with this, so that no request waits for a compilation.
+    That is the first call, and the call that carries on at this row count on each
+    cache length (needed when a batch outgrows its first cache, or shrinks to this
+    row count). Each is called so that it stops before its first token: compiling
+    is all it costs. A server warms each of its bucket shapes with this, so that no
+    request waits for a compilation.
     """
-    options = dict(start_id=start_id, end_id=end_id, max_length=max_length)
-    greedy_search(steps, source_ids, shrink_to=shrink_to, **options)
+    if not getattr(steps, "compiled_loops", False):
+        return
+    from keras import ops
+
     batch = len(source_ids)
-    smallest = batch in shrink_to and not _smaller_counts(shrink_to, batch)
-    if smallest and getattr(steps, "compiled_loops", False):
-        shrinking_greedy(steps, source_ids, start_id, end_id, max_length, shrink_to)
+    calls = _GreedyCalls(steps)
+    scalars = [ops.convert_to_tensor(value, "int32") for value in (end_id, max_length, batch)]
+    cache_lengths = _cache_lengths(steps, max_length)
+    loop_vars = calls.first(cache_lengths[0])(
+        ops.convert_to_tensor(np.asarray(source_ids, "int32")),
+        ops.convert_to_tensor(start_id, "int32"),
+        *scalars,
+    )
+    larger_count = any(rows > batch for rows in shrink_to)
+    for number, length in enumerate(cache_lengths):
+        if number:
+            loop_vars = calls.grow(length)(loop_vars)
+        if number or larger_count:
+            loop_vars = calls.segment(*loop_vars, *scalars)
+
+
+class _GreedyCalls:
+    """The compiled calls of `compiled_greedy`, cached by the steps object."""
+
+    def __init__(self, steps):
+        self.steps = steps
+        self.segment = steps.compiled_loop(
+            "greedy_segment", functools.partial(_greedy_segment, steps)
+        )
+        self.keep_rows = steps.compiled_loop(
+            "greedy_keep_rows", functools.partial(_keep_rows, steps), jit_compile=False
+        )
+
+    def first(self, cache_length: int):
+        """Encodes, then `_greedy_segment` on a cache of `cache_length` positions."""
+        return self.steps.compiled_loop(
+            ("greedy", cache_length), functools.partial(_greedy_first, self.steps, cache_length)
+        )
+
+    def grow(self, cache_length: int):
+        """The loop variables with the cache padded to `cache_length` positions."""
+        return self.steps.compiled_loop(
+            ("greedy_grow", cache_length),
+            functools.partial(_grow_cache, self.steps, cache_length),
+            jit_compile=False,
+        )
+
+
+def _cache_lengths(steps, max_length: int) -> list[int]:
+    """The cache lengths a decode of `max_length` positions moves through: the steps'
+    `first_cache_length`, then (if it can need more) all of `steps.max_length`."""
+    first = min(getattr(steps, "first_cache_length", steps.max_length), steps.max_length)
+    return [first] if max_length <= first else [first, steps.max_length]
 
 
 def _smaller_counts(shrink_to: Sequence[int], batch: int) -> list[int]:
@@ -223,12 +245,18 @@ def _keep_rows(steps, loop_vars, rows):
     return index, tokens, steps.keep_rows_tensors(state, rows), outputs, done, lengths
 
 
-def _greedy_start(steps, source_ids, start_id, end_id):
-    """The loop variables before the first position (`_greedy_segment`'s input)."""
+def _greedy_first(steps, cache_length, source_ids, start_id, end_id, max_length, fits):
+    """The first call of `compiled_greedy`: the start, then `_greedy_segment`."""
+    loop_vars = _greedy_start(steps, cache_length, source_ids, start_id, end_id)
+    return _greedy_segment(steps, *loop_vars, end_id, max_length, fits)
+
+
+def _greedy_start(steps, cache_length, source_ids, start_id, end_id):
+    """The loop variables before the first position, on a cache of `cache_length`."""
     from keras import ops
 
     batch = ops.shape(source_ids)[0]
-    state = steps.start_tensors(source_ids)
+    state = steps.start_tensors(source_ids, cache_length)
     tokens = ops.full((batch,), start_id, "int32")
     # Slots a decode never reaches (after an early stop) stay </s>.
     outputs = ops.full((batch, steps.max_length), end_id, "int32")
@@ -237,14 +265,24 @@ def _greedy_start(steps, source_ids, start_id, end_id):
     return ops.convert_to_tensor(0, "int32"), tokens, state, outputs, done, lengths
 
 
+def _grow_cache(steps, cache_length, loop_vars):
+    """The loop variables of `_greedy_segment` with the cache grown to `cache_length`."""
+    index, tokens, state, outputs, done, lengths = loop_vars
+    return index, tokens, steps.grow_cache_tensors(state, cache_length), outputs, done, lengths
+
+
 def _greedy_segment(steps, index, tokens, state, outputs, done, lengths, end_id, max_length, fits):
-    """`_greedy_loop`'s loop from `index`, also stopping once at most `fits` rows are
-    unfinished (int32 scalars); returns the loop variables."""
+    """The token loop from `index` until every row is done, or `max_length` (int32
+    scalars), or the cache is full, or at most `fits` rows are unfinished; returns the
+    loop variables: the position, the last tokens `(batch,)`, the steps state, the
+    output `(batch, steps.max_length)`, which rows are done and their lengths."""
     from keras import ops
+
+    end = ops.minimum(max_length, steps.cache_length(state))
 
     def not_finished(index, tokens, state, outputs, done, lengths):
         unfinished = ops.sum(ops.cast(ops.logical_not(done), "int32"))
-        return ops.logical_and(index < max_length, unfinished > fits)
+        return ops.logical_and(index < end, unfinished > fits)
 
     def decode_one(index, tokens, state, outputs, done, lengths):
         return _decode_one(steps, end_id, index, tokens, state, outputs, done, lengths)

@@ -119,26 +119,51 @@ class CachedSteps(_TensorSteps):
     Args:
         model: a built `Transformer`.
         max_length: most target positions to decode (cache size).
+        first_cache_length: the cache a compiled greedy decode starts on. Every step
+            reads all of the cache's slots, so a decode on a cache of `max_length`
+            pays for slots it never writes; most sentences end within 32 tokens, and
+            the rows that do not carry on with the cache grown (`grow_cache_tensors`).
 
     Attributes:
         source_positions: the longest source the model reads, `</s>` included.
     """
 
-    def __init__(self, model, max_length: int):
+    def __init__(self, model, max_length: int, first_cache_length: int = 32):
         if max_length > model.decoder.max_length:
             raise ValueError(
                 f"`max_length` ({max_length}) exceeds the model's target positions "
                 f"(pe_target={model.decoder.max_length})."
             )
+        if first_cache_length < 1:
+            raise ValueError(f"`first_cache_length` must be >= 1, got {first_cache_length}.")
         super().__init__(model, max_length)
+        self.first_cache_length = first_cache_length
         self.source_positions = model.encoder.max_length
         self._start = compile_inference(self.start_tensors, model.variables)
 
-    def start_tensors(self, source_ids):
-        """int `(n, source_length)` -> the state before the first target position."""
+    def start_tensors(self, source_ids, cache_length: int | None = None):
+        """int `(n, source_length)` -> the state before the first target position, with a
+        cache of `cache_length` positions (default `max_length`)."""
         memory, source_mask = self.model.encode(source_ids)
-        cache = self.model.decoder.empty_cache(ops.shape(source_ids)[0], self.max_length)
+        cache = self.model.decoder.empty_cache(
+            ops.shape(source_ids)[0], cache_length or self.max_length
+        )
         return cache, self.model.decoder.cross_key_values(memory), source_mask
+
+    @staticmethod
+    def cache_length(state):
+        """The positions the state's self-attention cache holds."""
+        return ops.shape(state[0][0])[3]
+
+    @staticmethod
+    def grow_cache_tensors(state, cache_length: int):
+        """The state with its self-attention cache padded to `cache_length` positions."""
+        cache, cross_key_values, source_mask = state
+        grown = []
+        for layer_cache in cache:
+            extra = cache_length - ops.shape(layer_cache)[3]
+            grown.append(ops.pad(layer_cache, [(0, 0), (0, 0), (0, 0), (0, extra), (0, 0)]))
+        return tuple(grown), cross_key_values, source_mask
 
     def step_tensors(self, tokens, index, state):
         """int `(n,)` tokens at int scalar `index` -> (log-probs `(n, vocab)`, state)."""
