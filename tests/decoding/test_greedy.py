@@ -21,6 +21,7 @@ from tests.conftest import (
 
 START = 1
 CACHE = 16
+FIRST = 10  # a first cache that holds the sources (9 wide) and not every sentence
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +111,9 @@ def test_greedy_returns_a_token_matrix_and_lengths(setup):
 
 def recorded_steps(model, monkeypatch, first_cache_length: int = 32):
     """`CachedSteps` of `model` and the list of `(call, rows, cache length)` of every
-    compiled call it makes, appended as they run (calls: "greedy", the first, then
-    "greedy_segment", "greedy_keep_rows", "greedy_grow"; keep_rows gives the rows kept)."""
+    compiled call it makes, appended as they run (calls: "greedy" or "greedy_start",
+    the first, then "greedy_segment", "greedy_keep_rows", "greedy_grow"; keep_rows
+    gives the rows kept)."""
     steps = CachedSteps(model, CACHE, first_cache_length)
     calls = []
     compile_loop = steps.compiled_loop
@@ -121,7 +123,7 @@ def recorded_steps(model, monkeypatch, first_cache_length: int = 32):
         name = key[0] if isinstance(key, tuple) else key
 
         def run(*args):
-            if name == "greedy":  # (source ids, ...), on a new cache of key[1] slots
+            if name in ("greedy", "greedy_start"):  # (source ids, ...), a new cache of key[1]
                 rows, cache = args[0], key[1]
             elif name == "greedy_segment":  # (index, tokens, state, ...)
                 rows, cache = args[1], steps.cache_length(args[2])
@@ -148,10 +150,11 @@ def test_dropping_finished_rows_gives_the_same_tokens_in_fewer_rows(setup, monke
     one_call = compiled_greedy(CachedSteps(model, CACHE), sources, **options)
     np.testing.assert_array_equal(tokens, one_call[0])
     np.testing.assert_array_equal(lengths, one_call[1])
-    assert calls[0] == ("greedy", len(sources), CACHE)
+    assert calls[0] == ("greedy_start", len(sources), CACHE)
     segment_rows = [rows for name, rows, _ in calls if name == "greedy_segment"]
-    assert segment_rows and segment_rows == sorted(segment_rows, reverse=True)
-    assert set(segment_rows) <= {1, 2, 4}
+    assert segment_rows == sorted(segment_rows, reverse=True)
+    assert segment_rows[0] == len(sources) and set(segment_rows[1:]) <= {1, 2, 4}
+    assert len(segment_rows) > 1
 
 
 @pytest.mark.core
@@ -172,20 +175,21 @@ def test_a_decode_longer_than_the_first_cache_grows_it_and_gives_the_same_tokens
     setup, monkeypatch, shrink_to
 ):
     model, _, sources, unstopped = setup
-    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=5)
-    end_id = end_at_different_lengths(unstopped)  # rows end before and after position 5
+    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=FIRST)
+    end_id = end_at_different_lengths(unstopped)  # one row runs to the end
     options = dict(start_id=START, end_id=end_id, max_length=CACHE)
     tokens, lengths = compiled_greedy(steps, sources, shrink_to=shrink_to, **options)
     one_cache = compiled_greedy(CachedSteps(model, CACHE, CACHE), sources, **options)
     np.testing.assert_array_equal(tokens, one_cache[0])
     np.testing.assert_array_equal(lengths, one_cache[1])
-    assert calls[0] == ("greedy", len(sources), 5)
+    first = "greedy_start" if shrink_to else "greedy"
+    assert calls[0] == (first, len(sources), FIRST)
     assert [name for name, *_ in calls].count("greedy_grow") == 1
     segments = [cache for name, _, cache in calls if name == "greedy_segment"]
-    assert segments[-1] == CACHE and set(segments) <= {5, CACHE}
-    # Alone, a row that ends after position 5 carries on on the grown cache.
+    assert segments[-1] == CACHE and set(segments) <= {FIRST, CACHE}
+    # Alone, a row that ends after the first cache carries on on the grown cache.
     calls.clear()
-    row = next(i for i, length in enumerate(lengths) if length > 5)
+    row = next(i for i, length in enumerate(lengths) if length > FIRST)
     alone = compiled_greedy(steps, sources[row : row + 1], **options)
     assert alone[0].tolist() == tokens[row : row + 1].tolist()
     assert [name for name, *_ in calls] == ["greedy", "greedy_grow", "greedy_segment"]
@@ -194,10 +198,22 @@ def test_a_decode_longer_than_the_first_cache_grows_it_and_gives_the_same_tokens
 @pytest.mark.core
 def test_a_decode_within_the_first_cache_never_grows_it(setup, monkeypatch):
     model, _, sources, unstopped = setup
-    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=5)
-    options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=5)
+    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=FIRST)
+    options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=FIRST)
     tokens, lengths = compiled_greedy(steps, sources, **options)
-    assert calls == [("greedy", len(sources), 5)]
+    assert calls == [("greedy", len(sources), FIRST)]
+    one_cache = compiled_greedy(CachedSteps(model, CACHE, CACHE), sources, **options)
+    np.testing.assert_array_equal(tokens, one_cache[0])
+    np.testing.assert_array_equal(lengths, one_cache[1])
+
+
+@pytest.mark.core
+def test_a_source_wider_than_the_first_cache_starts_on_all_of_it(setup, monkeypatch):
+    model, _, sources, unstopped = setup
+    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=5)  # sources: 9 wide
+    options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=CACHE)
+    tokens, lengths = compiled_greedy(steps, sources, **options)
+    assert calls == [("greedy", len(sources), CACHE)]
     one_cache = compiled_greedy(CachedSteps(model, CACHE, CACHE), sources, **options)
     np.testing.assert_array_equal(tokens, one_cache[0])
     np.testing.assert_array_equal(lengths, one_cache[1])
@@ -206,24 +222,25 @@ def test_a_decode_within_the_first_cache_never_grows_it(setup, monkeypatch):
 @pytest.mark.core
 def test_warming_every_row_count_compiles_each_call_a_decode_then_makes(setup, monkeypatch):
     model, _, sources, unstopped = setup
-    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=5)
+    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=FIRST)
     options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=CACHE)
     counts = (1, 2, 4, 5)
     for rows in counts:
         greedy.warm_greedy(steps, sources[:rows], shrink_to=counts, **options)
-    compiled = {call for call in calls if call[0] in ("greedy", "greedy_segment")}
-    assert ("greedy_segment", 5, 5) not in compiled  # a batch of 5 never shrinks to 5
-    calls.clear()
-    compiled_greedy(steps, sources, shrink_to=counts, **options)
-    decoded = {call for call in calls if call[0] in ("greedy", "greedy_segment")}
-    assert {name for name, *_ in decoded} == {"greedy", "greedy_segment"}
-    assert decoded <= compiled, decoded - compiled
-
-
-def test_greedy_longer_than_the_cache_is_refused(setup):
-    _, cached, sources, _ = setup
-    with pytest.raises(ValueError, match="exceeds the cache"):
-        compiled_greedy(cached, sources, start_id=START, end_id=2, max_length=CACHE + 1)
+    loops = ("greedy", "greedy_segment")
+    compiled = {call for call in calls if call[0] in (*loops, "greedy_start")}
+    # One loop per row count and cache length, and the lone row's first call: a
+    # batch that can shrink encodes alone, then runs the loops smaller batches share.
+    assert sorted(call for call in compiled if call[0] in loops) == sorted(
+        [("greedy", 1, FIRST)]
+        + [("greedy_segment", rows, c) for rows in counts for c in (FIRST, CACHE)]
+    )
+    for batch in (len(sources), 1):
+        calls.clear()
+        compiled_greedy(steps, sources[:batch], shrink_to=counts, **options)
+        decoded = {call for call in calls if call[0] in (*loops, "greedy_start")}
+        assert decoded <= compiled, decoded - compiled
+        assert calls[0][0] == ("greedy_start" if batch > 1 else "greedy")
 
 
 @pytest.mark.core

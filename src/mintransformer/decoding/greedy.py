@@ -10,14 +10,19 @@ alone (the ONNX engine's).
 
 A row that has emitted </s> still costs a row of every later step, and the step's
 cost grows with its rows and with the slots of its key/value cache, all of which
-each step reads. So `compiled_greedy` runs the loop in segments: the first
-encodes and decodes on a short cache (`CachedSteps.first_cache_length`), and most
-batches end in it. A segment also ends once the unfinished rows fit the next
-smaller count of `shrink_to` (row counts, e.g. a server's batch buckets), and the
-next carries on with those rows only, or once the cache is full, and the next
-carries on with it grown. Every row count and cache length is a compiled shape,
-so a caller names counts it has compiled (or will reuse); `warm_greedy` compiles
-them for a shape.
+each step reads. So `compiled_greedy` runs the loop in segments on a short cache
+first (`CachedSteps.first_cache_length`), where most batches end. A segment also
+ends once the unfinished rows fit the next smaller count of `shrink_to` (row
+counts, e.g. a server's batch buckets), and the next carries on with those rows
+only, or once the cache is full, and the next carries on with it grown. Every row
+count and cache length is a compiled shape, so a caller names counts it has
+compiled (or will reuse); `warm_greedy` compiles them for a shape.
+
+A batch that can shrink encodes in a call of its own, then runs the segments that
+larger batches shrinking to its row count run too, so each row count compiles one
+loop per cache length. A batch that cannot (a lone sentence, usually) encodes and
+starts decoding in one call: one call fewer for every such request, for one more
+compiled loop.
 """
 
 from __future__ import annotations
@@ -95,10 +100,11 @@ def compiled_greedy(
     """Greedy-decodes a batch in compiled calls (the token loop runs on the device).
 
     Stops when every row has emitted `end_id`, or after `max_length` tokens. The
-    first call encodes the sources and decodes on a short cache; most batches end
-    in it. A call also ends once the unfinished rows fit a smaller count of
-    `shrink_to` (the next call carries on with those rows only) or fill the cache
-    (the next one carries on with the cache grown to `steps.max_length`).
+    first call encodes the sources (and, for a batch with no smaller count of
+    `shrink_to`, decodes too). A decoding call ends once the unfinished rows fit a
+    smaller count of `shrink_to` (the next call carries on with those rows only)
+    or fill the cache (the next one carries on with the cache grown to
+    `steps.max_length`).
 
     Args:
         steps: steps with `compiled_loops` (`CachedSteps`).
@@ -120,15 +126,16 @@ def compiled_greedy(
     steps.check_length(max_length)
     batch = len(source_ids)
     sizes = _smaller_counts(shrink_to, batch)
-    cache_lengths = _cache_lengths(steps, max_length)
+    source_ids = np.asarray(source_ids, "int32")
+    cache_lengths = _cache_lengths(steps, source_ids.shape[1], max_length)
     calls = _GreedyCalls(steps)
     scalars = [ops.convert_to_tensor(value, "int32") for value in (end_id, max_length)]
-    loop_vars = calls.first(cache_lengths[0])(
-        ops.convert_to_tensor(np.asarray(source_ids, "int32")),
-        ops.convert_to_tensor(start_id, "int32"),
-        *scalars,
-        ops.convert_to_tensor(sizes[-1] if sizes else 0, "int32"),
-    )
+    start = [ops.convert_to_tensor(value, "int32") for value in (source_ids, start_id)]
+    if sizes:
+        loop_vars = calls.start(cache_lengths[0])(*start, scalars[0])
+    else:
+        no_rows = ops.convert_to_tensor(0, "int32")
+        loop_vars = calls.first(cache_lengths[0])(*start, *scalars, no_rows)
     all_tokens = np.full((batch, steps.max_length), end_id, "int32")
     all_lengths = np.zeros(batch, "int32")
     origin = np.arange(batch)  # the input row of each current row; pad rows come after
@@ -168,7 +175,7 @@ def warm_greedy(
 ) -> None:
     """Compiles the calls `compiled_greedy` can make for batches shaped like `source_ids`.
 
-    That is the first call, and the call that carries on at this row count on each
+    That is the first call, and the call that decodes at this row count on each
     cache length (needed when a batch outgrows its first cache, or shrinks to this
     row count). Each is called so that it stops before its first token: compiling
     is all it costs. A server warms each of its bucket shapes with this, so that no
@@ -178,20 +185,23 @@ def warm_greedy(
         return
     from keras import ops
 
+    source_ids = np.asarray(source_ids, "int32")
     batch = len(source_ids)
     calls = _GreedyCalls(steps)
+    # At most `batch` rows unfinished: each loop stops before its first token.
     scalars = [ops.convert_to_tensor(value, "int32") for value in (end_id, max_length, batch)]
-    cache_lengths = _cache_lengths(steps, max_length)
-    loop_vars = calls.first(cache_lengths[0])(
-        ops.convert_to_tensor(np.asarray(source_ids, "int32")),
-        ops.convert_to_tensor(start_id, "int32"),
-        *scalars,
-    )
+    start = [ops.convert_to_tensor(value, "int32") for value in (source_ids, start_id)]
+    cache_lengths = _cache_lengths(steps, source_ids.shape[1], max_length)
+    one_call_first = not _smaller_counts(shrink_to, batch)
+    if one_call_first:
+        loop_vars = calls.first(cache_lengths[0])(*start, *scalars)
+    else:
+        loop_vars = calls.start(cache_lengths[0])(*start, scalars[0])
     larger_count = any(rows > batch for rows in shrink_to)
     for number, length in enumerate(cache_lengths):
         if number:
             loop_vars = calls.grow(length)(loop_vars)
-        if number or larger_count:
+        if number or larger_count or not one_call_first:
             loop_vars = calls.segment(*loop_vars, *scalars)
 
 
@@ -213,6 +223,13 @@ class _GreedyCalls:
             ("greedy", cache_length), functools.partial(_greedy_first, self.steps, cache_length)
         )
 
+    def start(self, cache_length: int):
+        """Encodes: the loop variables before the first position (`_greedy_start`)."""
+        return self.steps.compiled_loop(
+            ("greedy_start", cache_length),
+            functools.partial(_greedy_start, self.steps, cache_length),
+        )
+
     def grow(self, cache_length: int):
         """The loop variables with the cache padded to `cache_length` positions."""
         return self.steps.compiled_loop(
@@ -222,10 +239,17 @@ class _GreedyCalls:
         )
 
 
-def _cache_lengths(steps, max_length: int) -> list[int]:
+def _cache_lengths(steps, source_width: int, max_length: int) -> list[int]:
     """The cache lengths a decode of `max_length` positions moves through: the steps'
-    `first_cache_length`, then (if it can need more) all of `steps.max_length`."""
-    first = min(getattr(steps, "first_cache_length", steps.max_length), steps.max_length)
+    `first_cache_length`, then (if it can need more) all of `steps.max_length`.
+
+    Sources wider than the first cache start on all of it: a translation runs about as
+    long as its source, so theirs would outgrow the first cache anyway, and a cache
+    length skipped is a loop per shape not compiled.
+    """
+    first = getattr(steps, "first_cache_length", steps.max_length)
+    if first >= steps.max_length or source_width > first:
+        return [steps.max_length]
     return [first] if max_length <= first else [first, steps.max_length]
 
 

@@ -123,6 +123,7 @@ class CachedSteps(_TensorSteps):
             reads all of the cache's slots, so a decode on a cache of `max_length`
             pays for slots it never writes; most sentences end within 32 tokens, and
             the rows that do not carry on with the cache grown (`grow_cache_tensors`).
+            Sources wider than it start on a cache of `max_length`.
 
     Attributes:
         source_positions: the longest source the model reads, `</s>` included.
