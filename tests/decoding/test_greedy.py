@@ -196,24 +196,21 @@ def test_a_decode_longer_than_the_first_cache_grows_it_and_gives_the_same_tokens
 
 
 @pytest.mark.core
-def test_a_decode_within_the_first_cache_never_grows_it(setup, monkeypatch):
+@pytest.mark.parametrize(
+    "first_cache_length, max_length, cache",
+    [(FIRST, FIRST, FIRST), (5, CACHE, CACHE)],  # sources: 9 wide, so 5 starts on CACHE
+    ids=["decode_within_the_first_cache", "source_wider_than_the_first_cache"],
+)
+def test_a_decode_on_one_cache_length_never_grows_it(
+    setup, monkeypatch, first_cache_length, max_length, cache
+):
     model, _, sources, unstopped = setup
-    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=FIRST)
-    options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=FIRST)
+    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=first_cache_length)
+    options = dict(
+        start_id=START, end_id=end_at_different_lengths(unstopped), max_length=max_length
+    )
     tokens, lengths = compiled_greedy(steps, sources, **options)
-    assert calls == [("greedy", len(sources), FIRST)]
-    one_cache = compiled_greedy(CachedSteps(model, CACHE, CACHE), sources, **options)
-    np.testing.assert_array_equal(tokens, one_cache[0])
-    np.testing.assert_array_equal(lengths, one_cache[1])
-
-
-@pytest.mark.core
-def test_a_source_wider_than_the_first_cache_starts_on_all_of_it(setup, monkeypatch):
-    model, _, sources, unstopped = setup
-    steps, calls = recorded_steps(model, monkeypatch, first_cache_length=5)  # sources: 9 wide
-    options = dict(start_id=START, end_id=end_at_different_lengths(unstopped), max_length=CACHE)
-    tokens, lengths = compiled_greedy(steps, sources, **options)
-    assert calls == [("greedy", len(sources), CACHE)]
+    assert calls == [("greedy", len(sources), cache)]
     one_cache = compiled_greedy(CachedSteps(model, CACHE, CACHE), sources, **options)
     np.testing.assert_array_equal(tokens, one_cache[0])
     np.testing.assert_array_equal(lengths, one_cache[1])
@@ -241,6 +238,12 @@ def test_warming_every_row_count_compiles_each_call_a_decode_then_makes(setup, m
         decoded = {call for call in calls if call[0] in (*loops, "greedy_start")}
         assert decoded <= compiled, decoded - compiled
         assert calls[0][0] == ("greedy_start" if batch > 1 else "greedy")
+
+
+def test_greedy_longer_than_the_cache_is_refused(setup):
+    _, cached, sources, _ = setup
+    with pytest.raises(ValueError, match="exceeds the cache"):
+        compiled_greedy(cached, sources, start_id=START, end_id=2, max_length=CACHE + 1)
 
 
 @pytest.mark.core

@@ -131,11 +131,12 @@ def compiled_greedy(
     calls = _GreedyCalls(steps)
     scalars = [ops.convert_to_tensor(value, "int32") for value in (end_id, max_length)]
     start = [ops.convert_to_tensor(value, "int32") for value in (source_ids, start_id)]
+    fits = ops.convert_to_tensor(sizes[-1] if sizes else 0, "int32")
     if sizes:
         loop_vars = calls.start(cache_lengths[0])(*start, scalars[0])
+        loop_vars = calls.segment(*loop_vars, *scalars, fits)
     else:
-        no_rows = ops.convert_to_tensor(0, "int32")
-        loop_vars = calls.first(cache_lengths[0])(*start, *scalars, no_rows)
+        loop_vars = calls.first(cache_lengths[0])(*start, *scalars, fits)
     all_tokens = np.full((batch, steps.max_length), end_id, "int32")
     all_lengths = np.zeros(batch, "int32")
     origin = np.arange(batch)  # the input row of each current row; pad rows come after
