@@ -12,7 +12,9 @@ sentences/s and the p50/p95/p99 latency of a request, its ratio to the ceiling, 
 process, measured in pairs with the server's passes, and how many answers differ from
 that offline translation. Each figure is the median of `--repeats` passes. Then the
 `--short` sentences with the fewest words are each sent alone, for the latency of one
-short sentence on a warm server. The baseline:
+short sentence on a warm server; each request alternates with the same sentence decoded
+in this process without HTTP, which says how much of that latency serving adds. The
+baseline:
 `--cli N` sentences each translated by its own `mintransformer translate` process, as a
 user without a server would. The sentences are the first
 `--requests` lines of `--src`, or of the run's own test split.
@@ -180,20 +182,43 @@ def load_row(url: str, offline: Offline, clients: int, repeats: int) -> tuple[di
     return row, answers
 
 
-def short_alone(url: str, texts: list[str], count: int, repeats: int) -> dict:
-    """Latency of one short sentence, warm, alone: the `count` sentences of `texts`
-    with the fewest words, each sent by a single client, `repeats` passes."""
-    shortest = sorted(texts, key=lambda text: len(text.split()))[:count]
-    latencies = []
-    for _ in range(repeats):
-        latencies += asyncio.run(load(url, shortest, 1))[1]
-    p50, p95 = np.percentile(np.array(latencies) * 1000, [50, 95])
-    words = [len(text.split()) for text in shortest]
+def short_alone(url: str, offline: Offline, count: int, repeats: int) -> dict:
+    """Latency of one short sentence, warm, alone: the `count` sentences of the
+    offline texts with the fewest words, each sent by a single client, `repeats`
+    passes. Each request alternates with the same sentence decoded in this process
+    (`TranslationService.decode`, no HTTP), so that the two share the machine's speed
+    of the moment: their difference is what serving adds."""
+    order = sorted(range(len(offline.texts)), key=lambda i: len(offline.texts[i].split()))
+    shortest = order[:count]
+    for index in shortest:  # compiles this process's shapes
+        offline.service.decode((1, 0.6, 1), [offline.sources[index]])
+    served, decoded = [], []
+
+    async def alternate() -> None:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        for _ in range(repeats):
+            for index in shortest:
+                began = time.perf_counter()
+                await post_json(reader, writer, "/api/translate", {"texts": [offline.texts[index]]})
+                served.append(time.perf_counter() - began)
+                began = time.perf_counter()
+                offline.service.decode((1, 0.6, 1), [offline.sources[index]])
+                decoded.append(time.perf_counter() - began)
+        writer.close()
+        await writer.wait_closed()
+
+    asyncio.run(alternate())
+    served_ms, decoded_ms = np.array(served) * 1000, np.array(decoded) * 1000
+    p50, p95 = np.percentile(served_ms, [50, 95])
+    words = [len(offline.texts[index].split()) for index in shortest]
     return {
         "sentences": len(shortest),
         "words": [min(words), max(words)],
         "p50_ms": round(float(p50), 1),
         "p95_ms": round(float(p95), 1),
+        "in_process_p50_ms": round(float(np.median(decoded_ms)), 1),
+        "added_by_serving_p50_ms": round(float(np.median(served_ms - decoded_ms)), 1),
     }
 
 
@@ -268,7 +293,7 @@ def main() -> None:
                     results["runs"].append(row)
                     print(json.dumps({k: v for k, v in row.items() if k != "passes"}))
                 if args.short:
-                    alone = short_alone(url, texts, args.short, args.repeats)
+                    alone = short_alone(url, offline, args.short, args.repeats)
                     alone.update(engine=engine, batching=batching)
                     results["short_alone"].append(alone)
                     print(f"short sentences alone: {json.dumps(alone)}")

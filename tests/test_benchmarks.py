@@ -343,6 +343,8 @@ def test_serving_benchmark_reports_each_server_setting_against_offline_and_the_c
     for row in alone:
         assert row["sentences"] == 3 and row["words"][0] <= row["words"][1]
         assert 0 < row["p50_ms"] <= row["p95_ms"]
+        assert row["in_process_p50_ms"] > 0
+        assert -row["in_process_p50_ms"] < row["added_by_serving_p50_ms"] < row["p95_ms"]
 
 
 @pytest.mark.slow
