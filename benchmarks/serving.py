@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+GREEDY = (1, 0.6, 1)  # `TranslationService.decode` settings: beam size, alpha, n-best
 
 
 def free_port() -> int:
@@ -85,25 +87,35 @@ async def post_json(
     return json.loads(answer)
 
 
+@contextlib.asynccontextmanager
+async def connection(url: str):
+    """A kept-alive connection to the server at `url`: `(reader, writer)`."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
 async def load(url: str, texts: list[str], clients: int) -> tuple[float, list, list[str]]:
     """Sends each text as one request from `clients` concurrent clients, each on its own
     kept-alive connection: the seconds it took, every request's latency in seconds, and
     the translations in the order of `texts`."""
-    host, port = url.removeprefix("http://").split(":")
     latencies: list[float] = []
     answers = [""] * len(texts)
     queue = list(reversed(range(len(texts))))
 
     async def client() -> None:
-        reader, writer = await asyncio.open_connection(host, int(port))
-        while queue:
-            index = queue.pop()
-            began = time.perf_counter()
-            answer = await post_json(reader, writer, "/api/translate", {"texts": [texts[index]]})
-            latencies.append(time.perf_counter() - began)
-            answers[index] = answer["results"][0]["translation"]
-        writer.close()
-        await writer.wait_closed()
+        async with connection(url) as (reader, writer):
+            while queue:
+                index = queue.pop()
+                began = time.perf_counter()
+                body = {"texts": [texts[index]]}
+                answer = await post_json(reader, writer, "/api/translate", body)
+                latencies.append(time.perf_counter() - began)
+                answers[index] = answer["results"][0]["translation"]
 
     began = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
@@ -138,7 +150,7 @@ class Offline:
         ceiling of a server that decodes the batches it is sent, without HTTP."""
         began = time.perf_counter()
         for start in range(0, len(self.sources), 32):
-            self.service.decode((1, 0.6, 1), self.sources[start : start + 32])
+            self.service.decode(GREEDY, self.sources[start : start + 32])
         return len(self.sources) / (time.perf_counter() - began)
 
 
@@ -191,22 +203,20 @@ def short_alone(url: str, offline: Offline, count: int, repeats: int) -> dict:
     order = sorted(range(len(offline.texts)), key=lambda i: len(offline.texts[i].split()))
     shortest = order[:count]
     for index in shortest:  # compiles this process's shapes
-        offline.service.decode((1, 0.6, 1), [offline.sources[index]])
+        offline.service.decode(GREEDY, [offline.sources[index]])
     served, decoded = [], []
 
     async def alternate() -> None:
-        host, port = url.removeprefix("http://").split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        for _ in range(repeats):
-            for index in shortest:
-                began = time.perf_counter()
-                await post_json(reader, writer, "/api/translate", {"texts": [offline.texts[index]]})
-                served.append(time.perf_counter() - began)
-                began = time.perf_counter()
-                offline.service.decode((1, 0.6, 1), [offline.sources[index]])
-                decoded.append(time.perf_counter() - began)
-        writer.close()
-        await writer.wait_closed()
+        async with connection(url) as (reader, writer):
+            for _ in range(repeats):
+                for index in shortest:
+                    began = time.perf_counter()
+                    body = {"texts": [offline.texts[index]]}
+                    await post_json(reader, writer, "/api/translate", body)
+                    served.append(time.perf_counter() - began)
+                    began = time.perf_counter()
+                    offline.service.decode(GREEDY, [offline.sources[index]])
+                    decoded.append(time.perf_counter() - began)
 
     asyncio.run(alternate())
     served_ms, decoded_ms = np.array(served) * 1000, np.array(decoded) * 1000
