@@ -15,7 +15,11 @@ step in the same process, and prints:
   softmax and the dropout of its weights, forward and backward, over every
   `(batch, heads, queries, keys)` map of the step, as one compiled TensorFlow function (our
   attention's `masked_softmax` and `backend.kernels.dropout` at the config's rate). Every
-  implementation here materialises these maps; none has a fused attention kernel on the CPU.
+  implementation here materialises these maps; none has a fused attention kernel on the CPU;
+- for config A, the same bound once the output layer's softmax is counted too: one softmax
+  over the step's `(target positions, vocab)` logits, as one compiled TensorFlow function.
+  Every implementation's loss and its gradient (softmax minus the smoothed labels) need at
+  least that pass over the logits; config B's output is one unit, and has none to count.
 
 Forward, a dense layer is X[M, K] @ W[K, N]; backward it adds dY @ W^T (M, N, K) and
 X^T @ dY (K, M, N). Attention's two batched products per head (Q K^T, then weights @ V) are
@@ -137,6 +141,19 @@ def maps_runner(maps: list[AttentionMap], rate: float):
         ]
 
     return lambda: [output.numpy() for output in run_all()]
+
+
+def output_softmax_runner(rows: int, vocab: int):
+    """A compiled TensorFlow function taking one softmax over `(rows, vocab)` logits."""
+    import tensorflow as tf
+
+    logits = tf.constant(np.random.default_rng(0).standard_normal((rows, vocab), np.float32))
+
+    @tf.function
+    def run():
+        return tf.nn.softmax(logits)[:1, :1]
+
+    return lambda: run().numpy()
 
 
 def with_backward(products: list[Product]) -> list[tuple[Product, bool, bool]]:
@@ -267,6 +284,14 @@ def run(steps: int, warmup: int, tiny: bool = False, only: str = "all") -> dict:
             "dropout": shapes[name].dropout,
             "ms": median(time_calls(maps_runner(maps, shapes[name].dropout), steps, warmup)),
         }
+    rows = a.batch * a.target_length
+    report["output_softmax"] = {
+        "A": {
+            "rows": rows,
+            "vocab": a.target_vocab,
+            "ms": median(time_calls(output_softmax_runner(rows, a.target_vocab), steps, warmup)),
+        }
+    }
     report["steps"] = {name: whole_steps(name, shapes[name], steps, warmup, only) for name in "AB"}
     return report
 
@@ -318,6 +343,14 @@ def bounds(report: dict) -> list[str]:
                 f"forward and backward, {maps['ms']:.1f} ms) {both:.1f} ms: at most "
                 f"{best['median_ms'] / both:.2f}x faster than that peer"
             )
+            softmax = report.get("output_softmax", {}).get(config)
+            if softmax:
+                all_three = both + softmax["ms"]
+                lines.append(
+                    f"{config}: and with the output's softmax over its ({softmax['rows']}, "
+                    f"{softmax['vocab']}) logits ({softmax['ms']:.1f} ms) {all_three:.1f} ms: "
+                    f"at most {best['median_ms'] / all_three:.2f}x faster than that peer"
+                )
     narrow = [name for name in report["floors"] if name.startswith("B, ")]
     for name in narrow:
         floor = report["floors"][name]

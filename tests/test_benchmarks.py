@@ -292,6 +292,26 @@ def test_gemm_floor_map_work_is_the_masked_softmax_gradient():
     np.testing.assert_allclose(gradient.numpy(), expected, atol=1e-5)
 
 
+def test_gemm_floor_bounds_add_the_maps_then_the_output_softmax_to_the_products():
+    report = {
+        "floors": {"A": {"floor_ms": 300.0, "gflop": 41.8}},
+        "maps": {"A": {"maps": 12, "ms": 40.0}},
+        "output_softmax": {"A": {"rows": 2304, "vocab": 8000, "ms": 20.0}},
+        "steps": {
+            "A": [
+                {"implementation": train_step.OURS, "backend": "tensorflow", "median_ms": 400.0},
+                {"implementation": "keras-hub", "backend": "tensorflow", "median_ms": 600.0},
+                {"implementation": "tf-tutorial", "backend": "tf-xla", "median_ms": 450.0},
+            ]
+        },
+    }
+    products, with_maps, with_softmax = gemm_floor.bounds(report)
+    assert "best peer tf-tutorial [tf-xla] 450.0 ms" in products
+    assert products.endswith("at most 1.50x faster than that peer")  # 450 / 300
+    assert "340.0 ms: at most 1.32x" in with_maps  # 450 / (300 + 40)
+    assert "(2304, 8000) logits (20.0 ms) 360.0 ms: at most 1.25x" in with_softmax
+
+
 def test_gemm_floor_writes_floors_and_our_steps(tmp_path):
     path = tmp_path / "gemm_floor.json"
     gemm_floor.main(
@@ -306,6 +326,11 @@ def test_gemm_floor_writes_floors_and_our_steps(tmp_path):
         maps = report["maps"][config]
         assert maps["maps"] == len(gemm_floor.attention_maps(shape)) and maps["ms"] > 0
         assert maps["dropout"] == shape.dropout
+    a = train_step.TINY_CONFIGS["A"]
+    assert set(report["output_softmax"]) == {"A"}
+    softmax = report["output_softmax"]["A"]
+    assert (softmax["rows"], softmax["vocab"]) == (a.batch * a.target_length, a.target_vocab)
+    assert softmax["ms"] > 0
     for config in "AB":
         (ours,) = report["steps"][config]
         assert ours["implementation"] == "ours" and ours["median_ms"] > 0
