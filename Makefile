@@ -25,8 +25,10 @@ lint: install
 # The TensorFlow run lists its 25 slowest tests: where the suite's time goes.
 # Much of a test's time is single-threaded tracing and compiling, so two worker processes
 # keep both cores busy; --dist loadscope keeps a module's tests (and its fixtures) in one.
+# Modules are handed out in the order tests/conftest.py sorts them (the slow ones first), not
+# xdist's (most tests first), which left a one-test module of minutes to run alone at the end.
 TEST_WORKERS ?= 2
-PARALLEL := -n $(TEST_WORKERS) --dist loadscope
+PARALLEL := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: lint
 	KERAS_BACKEND=tensorflow $(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) --durations=25
 	KERAS_BACKEND=jax $(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) -m core

@@ -17,6 +17,22 @@ import pytest
 DATA_ENV_VAR = "MINTRANSFORMER_DATA"
 
 
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules with a `slow` test run first; each module's tests stay together and in order.
+
+    With `-n 2 --dist loadscope --no-loadscope-reorder` (the Makefile), pytest-xdist hands
+    whole modules to its workers in this order. The slow ones (minutes each) are spread over
+    the workers first and the many short ones fill in behind them, so neither worker ends
+    long after the other with one slow module left to run.
+    """
+    slow_modules = {module_of(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: module_of(item) not in slow_modules)
+
+
 def find_shared_data_dir() -> Path | None:
     """Returns the folder of the real datasets, or None if it is not there.
 
