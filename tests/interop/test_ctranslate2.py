@@ -29,6 +29,8 @@ def test_ctranslate2_translates_our_export(trained_run, tmp_path, beam_size):
     assert theirs == our_tokens(translator, translator.encode_sources(SENTENCES), beam_size)
 
 
+# The benchmark's harness on one layout: test_ctranslate2_translates_our_export covers both.
+@pytest.mark.parametrize("trained_run", ["pre-LN"], indirect=True)
 def test_end_to_end_benchmark_runs_ctranslate2_beside_keras(trained_run, tmp_path):
     import json
     import shutil
