@@ -5,6 +5,7 @@ Marked slow (minutes each on two cores); CI runs them on the default backend.
 
 import contextlib
 import io
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -21,18 +22,22 @@ from tests.conftest import train_in, train_run
 
 pytestmark = pytest.mark.slow
 
-# The corpus `mintransformer demo` trains on (`training.demo.run_demo`).
-DEMO_SPEC = numbers_spec(num_train=30_000)
+
+class Demo(NamedTuple):
+    translator: Translator
+    splits: dict[str, list[int]]  # the numbers of each split of the corpus it trained on
+    report: str  # what the command printed
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """`mintransformer demo` itself, trained as `make demo` trains it: (Translator, report)."""
+def demo(tmp_path_factory) -> Demo:
+    """`mintransformer demo` itself, trained as `make demo` trains it."""
     run = tmp_path_factory.mktemp("demo") / "numbers"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         assert cli.main(["demo", "--run", str(run), "--verbose", "0"]) == 0
-    return Translator.from_run(run), printed.getvalue()
+    translator = Translator.from_run(run)
+    return Demo(translator, number_splits(translator.config.data), printed.getvalue())
 
 
 def exact_match(translator, numbers: list[int], beam_size: int = 1) -> float:
@@ -42,15 +47,15 @@ def exact_match(translator, numbers: list[int], beam_size: int = 1) -> float:
 
 
 def test_the_demo_model_translates_every_number_below_1000(demo):
-    translator, report = demo
-    assert "0-999, every one" in report
+    translator = demo.translator
+    assert "0-999, every one" in demo.report
     below_1000 = list(range(1000))
     outputs = translator.translate([english_words(n) for n in below_1000])
     wrong = [(n, out) for n, out in zip(below_1000, outputs, strict=True) if out != french_words(n)]
     assert not wrong, f"{len(wrong)} of 0-999 wrong, e.g. {wrong[:5]}"
 
     # The demo's held-out numbers (never in training): at least 99.5% of each larger magnitude.
-    held_out = [n for n in number_splits(DEMO_SPEC)["test"] if n >= 1000]
+    held_out = [n for n in demo.splits["test"] if n >= 1000]
     outputs = translator.translate([english_words(n) for n in held_out])
     for magnitude in (2, 3, 4):
         scored = [
@@ -64,10 +69,9 @@ def test_the_demo_model_translates_every_number_below_1000(demo):
 def test_beam_search_on_the_demo_model_is_as_exact_as_greedy(demo):
     # A confident model: ending the search once beam_size hypotheses had finished (improbable
     # early endings among them) once gave 57.7% exact match at beam 4 against greedy's 99.1%.
-    translator, _ = demo
-    held_out = number_splits(DEMO_SPEC)["test"][::3]
-    greedy = exact_match(translator, held_out)
-    beam = exact_match(translator, held_out, beam_size=4)
+    held_out = demo.splits["test"][::3]
+    greedy = exact_match(demo.translator, held_out)
+    beam = exact_match(demo.translator, held_out, beam_size=4)
     assert beam >= greedy - 0.01, f"beam 4 {beam:.3f}, greedy {greedy:.3f}"
 
 
@@ -89,9 +93,9 @@ def test_bf16_training_reaches_the_quality_of_fp32(tmp_path, demo):
     bf16, _ = train_run(tmp_path / "bf16", BF16_SPEC, **settings, mixed_precision=True)
     assert bf16.model.compute_dtype == "bfloat16"
     bf16_train = set(number_splits(BF16_SPEC)["train"])
-    held_out = [n for n in number_splits(DEMO_SPEC)["test"][::2] if n not in bf16_train]
+    held_out = [n for n in demo.splits["test"][::2] if n not in bf16_train]
     assert len(held_out) >= 300
-    fp32_exact, bf16_exact = exact_match(demo[0], held_out), exact_match(bf16, held_out)
+    fp32_exact, bf16_exact = exact_match(demo.translator, held_out), exact_match(bf16, held_out)
     assert bf16_exact >= 0.9, f"bf16 exact match {bf16_exact:.3f}"
     assert bf16_exact >= fp32_exact - 0.03, f"bf16 {bf16_exact:.3f}, fp32 {fp32_exact:.3f}"
 
@@ -100,8 +104,8 @@ def test_cross_attention_of_the_demo_model_aligns_words(demo):
     from mintransformer import viz
     from mintransformer.data.numbers import FRENCH_TO_ENGLISH
 
-    translator, _ = demo
-    held_out = number_splits(DEMO_SPEC)["test"][::10]
+    translator = demo.translator
+    held_out = demo.splits["test"][::10]
     maps = [viz.attention_maps(translator, english_words(n)) for n in held_out]
     # Which layer aligns depends on the data (docs/attention.md): on a corpus of mostly long
     # numbers the last layer aligned, on the demo's corpus the first does.
