@@ -1,8 +1,11 @@
 """Shared pytest fixtures."""
 
 import contextlib
+import functools
 import json
 import os
+import shutil
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -132,14 +135,36 @@ def train_run(path, spec: dict, **settings):
     return Translator.from_model(model, tokenizer), run
 
 
+def once_per_session(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """The folder `name` that `build(folder)` fills, built once however many workers run.
+
+    Under pytest-xdist each worker process has its own session fixtures; this folder sits
+    beside the workers' temporary folders, the first worker to get here builds it under a
+    file lock and the others wait for it, then share it. Tests must only read it.
+    """
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder, built = root / name, root / f"{name}.built"
+    with FileLock(root / f"{name}.lock"):
+        if not built.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed part-way
+            build(folder)
+            built.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """A small translation run on the numbers corpus, trained once per test session."""
     from mintransformer.data.corpora import numbers_spec
+    from mintransformer.runs.directory import RunDirectory
 
-    return train_run(
-        tmp_path_factory.mktemp("runs") / "numbers",
-        numbers_spec(num_train=4000, num_val=100, num_test=100),
+    build = functools.partial(
+        train_run,
+        spec=numbers_spec(num_train=4000, num_val=100, num_test=100),
         num_layers=1,
         d_model=64,
         num_heads=2,
@@ -152,7 +177,8 @@ def trained_run(tmp_path_factory):
         peak_learning_rate=3e-3,
         max_length=24,
         average_last=1,
-    )[1]
+    )
+    return RunDirectory(once_per_session(tmp_path_factory, "numbers-run", build))
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ import pytest
 
 from mintransformer.config import make_config
 from mintransformer.data.corpora import numbers_spec
+from tests.conftest import once_per_session
 
 pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
@@ -30,6 +31,8 @@ def trained_run(request, tmp_path_factory):
         warmup_steps=30,
         norm_first=LAYOUTS[request.param],
     )
-    path = tmp_path_factory.mktemp(request.param)
-    translation.train(path, config, verbose=0)
-    return path
+
+    def build(path):
+        translation.train(path, config, verbose=0)
+
+    return once_per_session(tmp_path_factory, f"interop-{request.param}", build)

@@ -84,6 +84,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def shared_compilation_cache(tmp_path_factory):
+    """One JAX compilation cache on disk for every worker process of this module.
+
+    The workers train the same few models on the same batch shapes; with the cache,
+    a program that one process compiled is loaded by the next instead of compiled
+    again. A size limit turns on the cache's file lock, for workers that run at once.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path_factory.mktemp("jax-cache")))
+        patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        patch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", str(2**30))
+        yield
+
+
 @pytest.fixture(scope="module")
 def one_device_translation(tmp_path_factory):
     """Two epochs on one device, batches padded as for two (see the worker).
