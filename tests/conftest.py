@@ -123,6 +123,11 @@ def value_and_gradients(fn, *arrays):
     return to_numpy(value), [to_numpy(gradient) for gradient in gradients]
 
 
+def file_contents(folder: Path) -> dict[str, bytes]:
+    """`{name: bytes}` of the files directly in `folder`: to show a command left it untouched."""
+    return {path.name: path.read_bytes() for path in Path(folder).iterdir() if path.is_file()}
+
+
 def train_run(path, spec: dict, **settings):
     """Trains a translation run on the corpus `spec` describes; returns (Translator, run)."""
     from mintransformer.data.corpora import load_corpus

@@ -36,7 +36,7 @@ from mintransformer.inference.translator import Translator  # noqa: E402
 from mintransformer.runs.directory import RunDirectory  # noqa: E402
 from mintransformer.runs.loading import load_trained  # noqa: E402
 from mintransformer.training import classification, language_model  # noqa: E402
-from tests.conftest import train_in  # noqa: E402
+from tests.conftest import file_contents, train_in  # noqa: E402
 from tests.training.test_classification import TINY, synthetic_reviews  # noqa: E402
 
 FRAMEWORKS = ("keras", "tensorflow", "jax", "torch", "tf2onnx")
@@ -249,8 +249,10 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in {FRAMEWORKS!r}))
 
 def test_cli_exports_and_translates_as_keras_does(capsys, trained_run, tmp_path):
     run = copy_run(trained_run, tmp_path / "run")
-    code, out, err = run_cli(capsys, "export", "--run", run.path)
-    assert code == 0 and (run.path / "onnx" / "manifest.json").is_file(), err
+    for _ in range(2):  # the second export replaces the first
+        code, out, err = run_cli(capsys, "export", "--run", run.path)
+        assert code == 0 and (run.path / "onnx" / "manifest.json").is_file(), err
+    assert not [path.name for path in run.path.iterdir() if path.name.startswith(".")]
     texts = ["five", "three hundred twelve"]
     _, keras_out, _ = run_cli(capsys, "translate", "--run", run.path, "--beam", "3", *texts)
     code, onnx_out, err = run_cli(
@@ -323,6 +325,12 @@ def test_bad_exports_are_one_line_errors(capsys, trained_run, classification_run
         assert code == 2 and err.count("\n") == 1, err
         return err
 
+    # Exporting into the run itself would write over its config: refused, the run untouched.
+    files = file_contents(run.path)
+    assert "holds files that are not an ONNX export" in error(
+        "export", "--run", run.path, "-o", run.path
+    )
+    assert file_contents(run.path) == files
     translate = ("translate", "--engine", "onnx", "five", "--run")
     # The run was retrained (here: its config changed) after the export.
     run.config_path.write_text(run.config_path.read_text() + "\n")

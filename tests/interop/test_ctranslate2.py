@@ -5,6 +5,7 @@ import pytest
 from mintransformer.cli import main
 from mintransformer.inference.translator import Translator
 from mintransformer.interop import ct2_export
+from tests.conftest import file_contents
 from tests.interop.helpers import our_tokens
 from tests.interop.test_hf_export import SENTENCES
 
@@ -27,6 +28,21 @@ def test_ctranslate2_translates_our_export(trained_run, tmp_path, beam_size):
     theirs = [tokenizer.convert_tokens_to_ids(r.hypotheses[0]) for r in results]
     translator = Translator.from_run(trained_run, max_output_length=MAX_TOKENS)
     assert theirs == our_tokens(translator, translator.encode_sources(SENTENCES), beam_size)
+
+
+@pytest.mark.parametrize("trained_run", ["post-LN"], indirect=True)
+def test_a_conversion_replaces_an_earlier_one_and_nothing_else(trained_run, tmp_path):
+    hf = tmp_path / "hf"
+    assert main(["export", "--format", "hf", "--run", str(trained_run), "-o", str(hf)]) == 0
+    first = ct2_export.convert(hf, tmp_path / "ct2")
+    model_bin = (first / "model.bin").read_bytes()
+    ct2_export.convert(hf, first, quantization="int8")
+    assert len((first / "model.bin").read_bytes()) < len(model_bin) / 2
+    for taken in (hf, trained_run):
+        files = file_contents(taken)
+        with pytest.raises(FileExistsError, match="not a CTranslate2 model"):
+            ct2_export.convert(hf, taken)
+        assert file_contents(taken) == files
 
 
 # The benchmark's harness on one layout: test_ctranslate2_translates_our_export covers both.

@@ -6,6 +6,7 @@ import pytest
 from mintransformer.cli import main
 from mintransformer.data.numbers import english_words
 from mintransformer.inference.translator import Translator
+from tests.conftest import file_contents
 from tests.interop.helpers import hf_logits, hf_tokens, make_run, our_logits, our_tokens
 
 MAX_TOKENS = 20
@@ -67,3 +68,11 @@ def test_a_setting_no_class_expresses_is_refused(tmp_path, capsys):
     code = main(["export", "--format", "hf", "--run", str(run), "-o", str(tmp_path / "out")])
     assert code == 2
     assert "d_model=33" in capsys.readouterr().err
+
+
+def test_a_folder_that_is_not_an_export_is_refused_untouched(trained_run, tmp_path, capsys):
+    files = file_contents(trained_run)
+    code = main(["export", "--format", "hf", "--run", str(trained_run), "-o", str(trained_run)])
+    assert code == 2
+    assert "holds files that are not a Hugging Face export" in capsys.readouterr().err
+    assert file_contents(trained_run) == files

@@ -122,3 +122,59 @@ def test_an_option_we_do_not_support_is_refused(tmp_path, capsys, setting, value
     assert main(["import", "hf", str(folder), "--run", str(tmp_path / "run")]) == 2
     assert setting in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def marian_folder(tmp_path_factory):
+    return make_marian(tmp_path_factory.mktemp("marian") / "marian")
+
+
+def _truncate(path, size=5000):
+    path.write_bytes(path.read_bytes()[:size])
+
+
+def _only_pickled_weights(folder):
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(np.random.default_rng(0).bytes(4096))
+
+
+def _edit_config(folder, **changes):
+    hf = json.loads((folder / "config.json").read_text())
+    hf.update(changes)
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in hf.items() if v is not None}))
+
+
+DAMAGES = {
+    "truncated safetensors": (lambda f: _truncate(f / "model.safetensors"), "model.safetensors"),
+    "pytorch_model.bin of random bytes": (_only_pickled_weights, "pytorch_model.bin"),
+    "source.spm not a SentencePiece model": (
+        lambda f: (f / "source.spm").write_text("garbage"),
+        "source.spm",
+    ),
+    "vocab.json not JSON": (lambda f: (f / "vocab.json").write_text("{bad"), "vocab.json"),
+    "config.json not JSON": (lambda f: (f / "config.json").write_text("{bad"), "config.json"),
+    "config.json without encoder_layers": (
+        lambda f: _edit_config(f, encoder_layers=None),
+        "encoder_layers",
+    ),
+    "weights of more layers than the config's": (
+        lambda f: _edit_config(f, encoder_layers=1, decoder_layers=1),
+        "model.decoder.layers.1.",
+    ),
+    "no target.spm": (lambda f: (f / "target.spm").unlink(), "target.spm"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_folder_is_refused_by_name_and_writes_no_run(
+    marian_folder, tmp_path, capsys, damage
+):
+    import shutil
+
+    folder = shutil.copytree(marian_folder, tmp_path / "marian")
+    spoil, named = DAMAGES[damage]
+    spoil(folder)
+    assert main(["import", "hf", str(folder), "--run", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and named in err, err
+    assert not (tmp_path / "run").exists()

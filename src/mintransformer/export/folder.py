@@ -34,6 +34,8 @@ GRAPHS = {
     "classification": ("classifier.onnx",),
     "language_model": ("lm_step.onnx",),
 }
+# Every file an export writes, whatever the task: a folder of only these may be replaced.
+EXPORT_FILES = frozenset({MANIFEST, CONFIG, TOKENIZER}.union(*GRAPHS.values()))
 
 
 def file_digest(path: str | Path) -> str:

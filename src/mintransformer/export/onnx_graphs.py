@@ -40,7 +40,14 @@ import keras
 from keras import ops
 
 from mintransformer.config import ClassificationConfig, TranslationConfig
-from mintransformer.export.folder import DEFAULT_FOLDER, GRAPHS, ExportFolder, run_identity
+from mintransformer.core.files import replacing_folder
+from mintransformer.export.folder import (
+    DEFAULT_FOLDER,
+    EXPORT_FILES,
+    GRAPHS,
+    ExportFolder,
+    run_identity,
+)
 from mintransformer.export.graph_passes import (
     batch_preserving_reshapes,
     dense_matmul_as_one_op,
@@ -215,7 +222,8 @@ def export_run(run_path: str | Path, output: str | Path | None = None, int8: boo
 
     Args:
         run_path: the run directory (its final weights, config and tokenizer).
-        output: the export folder (default: `RUN/onnx`); files in it are replaced.
+        output: the export folder (default: `RUN/onnx`). An earlier export there is
+            replaced once the new one is complete; a folder holding anything else is refused.
         int8: quantize the weights to int8 (smaller and faster, slightly different scores).
 
     Returns:
@@ -225,24 +233,28 @@ def export_run(run_path: str | Path, output: str | Path | None = None, int8: boo
         ValueError: on another backend than TensorFlow.
         ModuleNotFoundError: without the `export` extra.
         FileNotFoundError: for a run without final weights.
+        FileExistsError: `output` holds files that are not an export's (a run, say).
     """
     _import_converters()
     run = RunDirectory.open(run_path)
-    # The graphs compute in float32 whatever precision the run trained in, or this
-    # machine would choose: a bf16 run keeps its weights in float32.
-    model, _, config = load_trained(run, mixed_precision=False)
-    folder = ExportFolder(output if output is not None else run.path / DEFAULT_FOLDER)
-    folder.path.mkdir(parents=True, exist_ok=True)
-    manifest = {"task": config.task, "int8": bool(int8), "run": run_identity(run)}
-    if isinstance(config, ClassificationConfig):
-        write_graphs(classification_graphs(model), folder.path, int8)
-    else:
-        graphs = (
-            translation_graphs if isinstance(config, TranslationConfig) else language_model_graphs
-        )
-        write_graphs(graphs(model), folder.path, int8)
-        manifest["cache"] = cache_layout(model)
-    shutil.copyfile(run.config_path, folder.config_path)
-    shutil.copyfile(run.tokenizer_path, folder.tokenizer_path)
-    folder.write_manifest(manifest)
-    return folder.path
+    output = Path(output) if output is not None else run.path / DEFAULT_FOLDER
+    with replacing_folder(output, EXPORT_FILES, "an ONNX export") as staging:
+        # The graphs compute in float32 whatever precision the run trained in, or this
+        # machine would choose: a bf16 run keeps its weights in float32.
+        model, _, config = load_trained(run, mixed_precision=False)
+        folder = ExportFolder(staging)
+        manifest = {"task": config.task, "int8": bool(int8), "run": run_identity(run)}
+        if isinstance(config, ClassificationConfig):
+            write_graphs(classification_graphs(model), folder.path, int8)
+        else:
+            graphs = (
+                translation_graphs
+                if isinstance(config, TranslationConfig)
+                else language_model_graphs
+            )
+            write_graphs(graphs(model), folder.path, int8)
+            manifest["cache"] = cache_layout(model)
+        shutil.copyfile(run.config_path, folder.config_path)
+        shutil.copyfile(run.tokenizer_path, folder.tokenizer_path)
+        folder.write_manifest(manifest)
+    return output

@@ -21,6 +21,18 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from mintransformer.core.files import replacing_folder
+
+# The files a CTranslate2 model folder holds: a folder of only these may be replaced.
+CT2_FILES = frozenset(
+    {"config.json", "model.bin", "vmap.txt"}
+    | {
+        f"{side}vocabulary.{ext}"
+        for side in ("", "shared_", "source_", "target_")
+        for ext in ("json", "txt")
+    }
+)
+
 
 def _loaders() -> dict:
     """`{config class name: loader}` for our Marian and Pegasus exports."""
@@ -65,17 +77,23 @@ def convert(hf_folder: str | Path, out: str | Path, quantization: str | None = N
 
     Args:
         hf_folder: our Hugging Face export.
-        out: the CTranslate2 model folder (replaced if it exists).
+        out: the CTranslate2 model folder. An earlier CTranslate2 model there is replaced
+            once the new one is complete; a folder holding anything else is refused.
         quantization: CTranslate2's weight type, e.g. "int8"; None keeps float32.
 
     Returns:
         `out`. Translate with `ctranslate2.Translator(out)`, on the token strings of the
         export's tokenizer (`</s>` appended).
+
+    Raises:
+        FileExistsError: `out` holds files that are not a CTranslate2 model's.
     """
     from ctranslate2.converters import TransformersConverter
 
-    with _our_loaders():
+    out = Path(out)
+    with replacing_folder(out, CT2_FILES, "a CTranslate2 model") as staging, _our_loaders():
+        # `force` lets the converter write into the empty staging folder (it would clear it).
         TransformersConverter(str(hf_folder)).convert(
-            str(out), quantization=quantization, force=True
+            str(staging), quantization=quantization, force=True
         )
-    return Path(out)
+    return out

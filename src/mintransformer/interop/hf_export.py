@@ -32,9 +32,28 @@ from pathlib import Path
 import numpy as np
 
 from mintransformer.config import TranslationConfig
+from mintransformer.core.files import replacing_folder
 from mintransformer.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from mintransformer.interop import mapping
 from mintransformer.runs.loading import load_trained
+
+# The files an export writes (those of either tokenizer included): a folder holding only
+# these is an earlier export, which a new one may replace.
+HF_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "source.spm",
+        "target.spm",
+        "vocab.json",
+        "target_vocab.json",
+    }
+)
 
 # Our activation -> transformers' ACT2FN name.
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "silu": "swish"}
@@ -157,29 +176,32 @@ def save_tokenizer(tokenizer, out: Path) -> None:
 def export_run(run_dir: str | Path, out: str | Path) -> Path:
     """Writes the Hugging Face folder of a translation run to `out`; returns `out`.
 
+    An earlier export at `out` is replaced once the new one is complete.
+
     Raises:
         ValueError: naming the setting, for a run no `transformers` class expresses.
+        FileExistsError: `out` holds files that are not an export's (a run, say).
     """
     from safetensors.numpy import save_file
     from transformers import GenerationConfig
 
-    model, tokenizer, config = load_trained(run_dir, TranslationConfig, mixed_precision=False)
-    reason = refusal(config, model)
-    if reason:
-        raise ValueError(f"{run_dir} cannot be exported to transformers: {reason}")
-    if config.layer_norm_epsilon != HF_LAYER_NORM_EPSILON:
-        warnings.warn(
-            f"layer_norm_epsilon={config.layer_norm_epsilon:g}: transformers' Marian and "
-            f"Pegasus use {HF_LAYER_NORM_EPSILON:g}, so the export's logits differ slightly",
-            stacklevel=2,
-        )
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    hf = hf_config(config, model, tokenizer)
-    hf.save_pretrained(out)
-    generation = GenerationConfig.from_model_config(hf)
-    generation.bad_words_ids = [[tokenizer.pad_id]]  # as our searches: pad never comes next
-    generation.save_pretrained(out)
-    save_file(all_tensors(model), str(out / "model.safetensors"), metadata={"format": "pt"})
-    save_tokenizer(tokenizer, out)
+    with replacing_folder(out, HF_FILES, "a Hugging Face export") as staging:
+        model, tokenizer, config = load_trained(run_dir, TranslationConfig, mixed_precision=False)
+        reason = refusal(config, model)
+        if reason:
+            raise ValueError(f"{run_dir} cannot be exported to transformers: {reason}")
+        if config.layer_norm_epsilon != HF_LAYER_NORM_EPSILON:
+            warnings.warn(
+                f"layer_norm_epsilon={config.layer_norm_epsilon:g}: transformers' Marian and "
+                f"Pegasus use {HF_LAYER_NORM_EPSILON:g}, so the export's logits differ slightly",
+                stacklevel=2,
+            )
+        hf = hf_config(config, model, tokenizer)
+        hf.save_pretrained(staging)
+        generation = GenerationConfig.from_model_config(hf)
+        generation.bad_words_ids = [[tokenizer.pad_id]]  # as our searches: pad never comes next
+        generation.save_pretrained(staging)
+        save_file(all_tensors(model), str(staging / "model.safetensors"), metadata={"format": "pt"})
+        save_tokenizer(tokenizer, staging)
     return out

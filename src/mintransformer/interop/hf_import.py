@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mintransformer.config import TranslationConfig, make_config
+from mintransformer.core.errors import CorruptFileError
 from mintransformer.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from mintransformer.data.tokenizer import Tokenizer
 from mintransformer.interop import mapping
@@ -47,10 +48,55 @@ FIXED = {
 }
 
 
+# The sizes a config.json must give: transformers' defaults for them are not OPUS-MT's.
+REQUIRED = (
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "max_position_embeddings",
+)
+
+
+# Tensors a checkpoint may hold beside those `mapping.tensor_pairs` names, that repeat what
+# the model holds another way: a shared table saved once more, the output projection of a
+# tied model, the fixed sinusoidal positions.
+REDUNDANT = frozenset(
+    {
+        "model.shared.weight",
+        "lm_head.weight",
+        "final_logits_bias",
+        "model.encoder.embed_positions.weight",
+        "model.decoder.embed_positions.weight",
+    }
+)
+
+
+def read_json(path: Path) -> dict:
+    """The JSON object in `path`.
+
+    Raises:
+        CorruptFileError: the file is not UTF-8 JSON holding an object.
+    """
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CorruptFileError(path, f"is corrupt: not valid JSON ({err})") from None
+    if not isinstance(values, dict):
+        raise CorruptFileError(path, "is corrupt: it must hold a JSON object")
+    return values
+
+
 def refusal(hf: dict) -> str | None:
     """Why our layers cannot hold the model of `config.json` values `hf`, or None."""
     if hf.get("model_type") not in ("marian", "pegasus"):
         return f"model_type={hf.get('model_type')!r} (only marian and pegasus are imported)"
+    missing = [name for name in REQUIRED if name not in hf]
+    if missing:
+        return f"config.json does not give {', '.join(missing)}"
     for name, value in FIXED.items():
         if name in hf and hf[name] != value:
             return f"{name}={hf[name]!r} (we support {value!r})"
@@ -69,15 +115,33 @@ def refusal(hf: dict) -> str | None:
 
 
 def read_tensors(folder: Path) -> dict[str, np.ndarray]:
-    """The checkpoint's tensors, from model.safetensors or pytorch_model.bin."""
-    if (folder / "model.safetensors").is_file():
+    """The checkpoint's tensors, from model.safetensors or pytorch_model.bin.
+
+    Raises:
+        FileNotFoundError: the folder has neither file.
+        CorruptFileError: the file cannot be read (truncated, or of another kind).
+    """
+    safetensors, pickled = folder / "model.safetensors", folder / "pytorch_model.bin"
+    if safetensors.is_file():
+        from safetensors import SafetensorError
         from safetensors.numpy import load_file
 
-        return load_file(str(folder / "model.safetensors"))
-    if (folder / "pytorch_model.bin").is_file():
+        try:
+            return load_file(str(safetensors))
+        except SafetensorError as err:
+            raise CorruptFileError(safetensors, f"is corrupt: {err}") from None
+    if pickled.is_file():
+        import pickle
+
         import torch
 
-        state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(pickled, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError):
+            # Loaded with weights_only: a file that would need to run code counts as damaged.
+            raise CorruptFileError(
+                pickled, "is corrupt, or not a state dict of tensors (torch.load refused it)"
+            ) from None
         return {name: tensor.float().numpy() for name, tensor in state.items()}
     raise FileNotFoundError(f"{folder} has neither model.safetensors nor pytorch_model.bin")
 
@@ -86,15 +150,23 @@ def read_tokenizer(folder: Path, hf: dict):
     """The folder's tokenizer: Marian's SentencePiece files, or our exported BPE."""
     if (folder / "source.spm").is_file():
         settings = folder / "tokenizer_config.json"
-        settings = json.loads(settings.read_text(encoding="utf-8")) if settings.is_file() else {}
+        settings = read_json(settings) if settings.is_file() else {}
         separate = settings.get("separate_vocabs", False)
-        return SentencePieceTokenizer.from_files(
-            folder / "source.spm",
-            folder / "target.spm",
-            folder / "vocab.json",
-            folder / "target_vocab.json" if separate else None,
-            start_id=hf.get("decoder_start_token_id"),
-        )
+        names = ["source.spm", "target.spm", "vocab.json"]
+        names += ["target_vocab.json"] if separate else []
+        missing = [name for name in names if not (folder / name).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{folder} has source.spm but not {', '.join(missing)}")
+        for name in names[2:]:
+            read_json(folder / name)  # names the file if it is damaged
+        try:
+            return SentencePieceTokenizer.from_files(
+                *(folder / name for name in names), start_id=hf.get("decoder_start_token_id")
+            )
+        except (RuntimeError, ValueError) as err:
+            raise CorruptFileError(
+                folder, f"holds a tokenizer that cannot be read ({', '.join(names)}): {err}"
+            ) from None
     if (folder / "tokenizer.json").is_file():
         tokenizer = Tokenizer.load(folder / "tokenizer.json")
         if hf.get("decoder_start_token_id") != tokenizer.start_id:
@@ -110,7 +182,10 @@ def canonical_tensors(hf: dict, tensors: dict) -> tuple[dict, bool, bool]:
         # What transformers runs: the stack's own table; `model.shared` where a tied one
         # was saved once under that name.
         names = [f"model.{side}.embed_tokens.weight", "model.shared.weight"]
-        return tensors[next(name for name in names if name in tensors)]
+        for name in names:
+            if name in tensors:
+                return tensors[name]
+        raise ValueError(f"the checkpoint has no tensor {names[0]!r} (nor {names[1]!r})")
 
     source, target = table("encoder"), table("decoder")
     if hf.get("tie_word_embeddings", True) or "lm_head.weight" not in tensors:
@@ -151,10 +226,15 @@ def import_folder(folder: str | Path, run_dir: str | Path, overwrite: bool = Fal
     """Turns a Hugging Face Marian/Pegasus folder into a run directory; returns its path.
 
     Raises:
-        ValueError: naming the setting, for a model our layers cannot hold.
+        ValueError: naming the setting, for a model our layers cannot hold, or naming
+            tensors its config has no place for.
+        FileNotFoundError: a file the folder needs is missing.
+        CorruptFileError: a file is damaged.
     """
     folder = Path(folder)
-    hf = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder")
+    hf = read_json(folder / "config.json")
     reason = refusal(hf)
     if reason:
         raise ValueError(f"{folder} cannot be imported: {reason}")
@@ -162,6 +242,13 @@ def import_folder(folder: str | Path, run_dir: str | Path, overwrite: bool = Fal
     tensors, share, tie = canonical_tensors(hf, read_tensors(folder))
     config = run_config(hf, share, tie, tokenizer.vocab_size)
     model = build_for_tokenizer(config, tokenizer)
+    unused = [name for name in mapping.unused_tensors(model, tensors) if name not in REDUNDANT]
+    if unused:
+        shown = ", ".join(unused[:3]) + (", ..." if len(unused) > 3 else "")
+        raise ValueError(
+            f"{folder} cannot be imported: {len(unused)} of its tensors have no place in the "
+            f"model its config.json describes ({shown}); the config and weights disagree"
+        )
     mapping.import_tensors(model, tensors)
     run = RunDirectory.create(run_dir, config, overwrite=overwrite)
     tokenizer.save(run.tokenizer_path)

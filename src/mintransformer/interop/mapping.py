@@ -144,3 +144,8 @@ def import_tensors(model, tensors: dict[str, np.ndarray]) -> None:
                 f"our {variable.path} {tuple(variable.shape)}"
             )
         variable.assign(array)
+
+
+def unused_tensors(model, tensors: dict[str, np.ndarray]) -> list[str]:
+    """The names in `tensors` that no variable of `model` takes (`tensor_pairs`), sorted."""
+    return sorted(set(tensors) - {name for name, _, _ in tensor_pairs(model)})
