@@ -374,3 +374,45 @@ def test_export_builds_float32_whatever_precision_this_machine_would_choose(
     sources = ["five", "three hundred twelve", "forty-two thousand"]
     expected = Translator.from_run(trained_run.path).translate(sources)
     assert Translator.from_run(folder, engine="onnx").translate(sources) == expected
+
+
+def _edit_manifest(folder, change):
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps(change(manifest)))
+
+
+TAMPERINGS = {
+    "manifest without a task": (
+        lambda f: _edit_manifest(f, lambda m: {k: v for k, v in m.items() if k != "task"}),
+        "manifest.json names no task",
+    ),
+    "manifest without its run": (
+        lambda f: _edit_manifest(f, lambda m: {k: v for k, v in m.items() if k != "run"}),
+        "manifest.json does not say which run",
+    ),
+    "manifest a list": (lambda f: _edit_manifest(f, lambda m: [1, 2]), "must hold a JSON object"),
+    "manifest empty": (
+        lambda f: (f / "manifest.json").write_text(""),
+        "manifest.json is not valid",
+    ),
+    "decoder step truncated": (
+        lambda f: (f / "decoder_step.onnx").write_bytes(
+            (f / "decoder_step.onnx").read_bytes()[:999]
+        ),
+        "decoder_step.onnx is corrupt",
+    ),
+    "encoder empty": (lambda f: (f / "encoder.onnx").write_bytes(b""), "encoder.onnx is corrupt"),
+    "another tokenizer": (
+        lambda f: (f / "tokenizer.json").write_text((f / "tokenizer.json").read_text() + "\n"),
+        "tokenizer.json is not the one it was exported with",
+    ),
+}
+
+
+@pytest.mark.parametrize("tampering", list(TAMPERINGS))
+def test_a_tampered_export_is_a_one_line_error(capsys, translation_export, tmp_path, tampering):
+    folder = shutil.copytree(translation_export[2], tmp_path / "onnx")
+    spoil, message = TAMPERINGS[tampering]
+    spoil(folder)
+    code, _, err = run_cli(capsys, "translate", "--engine", "onnx", "--run", folder, "five")
+    assert code == 2 and err.count("\n") == 1 and message in err, err

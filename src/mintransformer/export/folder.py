@@ -3,7 +3,8 @@
     EXPORT/                 (by default RUN/onnx)
       manifest.json         the task, the graph files, int8 or fp32, the cache layout, and
                             which run they came from: the SHA-256 of the run's config.json
-                            and model.npz, the export format and mintransformer's version
+                            and model.npz (and of its tokenizer.json), the export format
+                            and mintransformer's version
       config.json           a copy of the run's config
       tokenizer.json        a copy of the run's tokenizer
       encoder.onnx          translation: source ids -> cross-attention keys/values, mask
@@ -22,6 +23,7 @@ import json
 from pathlib import Path
 
 from mintransformer import __version__
+from mintransformer.core.errors import CorruptFileError
 from mintransformer.core.files import atomic_write
 from mintransformer.runs.directory import CONFIG, TOKENIZER, RunDirectory
 
@@ -71,6 +73,31 @@ class ExportFolder:
         text = json.dumps({"format": FORMAT_VERSION, "version": __version__, **manifest}, indent=2)
         atomic_write(self.manifest_path, lambda f: f.write(text.encode()))
 
+    def read_manifest(self) -> dict:
+        """The manifest, checked for the fields every export format has.
+
+        Raises:
+            CorruptFileError: the manifest is not JSON, or lacks the task or the run.
+        """
+        remedy = "export the run again"
+        try:
+            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise CorruptFileError(
+                self.manifest_path, f"is not valid JSON ({err})", remedy
+            ) from None
+        if not isinstance(manifest, dict):
+            raise CorruptFileError(self.manifest_path, "must hold a JSON object", remedy)
+        if manifest.get("task") not in GRAPHS:
+            raise CorruptFileError(
+                self.manifest_path, f"names no task we export ({manifest.get('task')!r})", remedy
+            )
+        if not isinstance(manifest.get("run"), dict) or "config_sha256" not in manifest["run"]:
+            raise CorruptFileError(
+                self.manifest_path, "does not say which run it came from", remedy
+            )
+        return manifest
+
     @classmethod
     def open(cls, path: str | Path) -> tuple[ExportFolder, dict]:
         """The export folder at `path`, or in the run directory `path`, and its manifest.
@@ -82,6 +109,7 @@ class ExportFolder:
         Raises:
             FileNotFoundError: no export there, or one with files missing.
             ValueError: an export of another run, of other weights, or of another format.
+            CorruptFileError: a damaged manifest.
         """
         path = Path(path)
         run = None
@@ -94,7 +122,7 @@ class ExportFolder:
         folder = cls(path)
         if not folder.manifest_path.is_file():
             raise FileNotFoundError(f"not an export folder (no {MANIFEST}): {path}")
-        manifest = json.loads(folder.manifest_path.read_text())
+        manifest = folder.read_manifest()
         if manifest.get("format") != FORMAT_VERSION:
             raise ValueError(
                 f"{path} holds export format {manifest.get('format')} (mintransformer "
@@ -108,6 +136,9 @@ class ExportFolder:
             raise FileNotFoundError(f"{path} is an incomplete export: missing {', '.join(missing)}")
         if file_digest(folder.config_path) != manifest["run"]["config_sha256"]:
             raise ValueError(f"{path}: its config.json is not the one it was exported with")
+        exported_tokenizer = manifest.get("tokenizer_sha256")  # older exports lack it
+        if exported_tokenizer and file_digest(folder.tokenizer_path) != exported_tokenizer:
+            raise ValueError(f"{path}: its tokenizer.json is not the one it was exported with")
         if run is not None and run_identity(run) != manifest["run"]:
             raise ValueError(
                 f"{path} was exported from another run or other weights than {run.path}: "

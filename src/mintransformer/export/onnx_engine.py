@@ -24,6 +24,7 @@ from mintransformer.config import (
     RunConfig,
     TranslationConfig,
 )
+from mintransformer.core.errors import CorruptFileError
 from mintransformer.data.tokenizer import Tokenizer
 from mintransformer.data.tokenizer_file import load_tokenizer
 from mintransformer.decoding.sampling import generate_with_steps
@@ -33,7 +34,11 @@ State = tuple[list[np.ndarray], np.ndarray, np.ndarray]
 
 
 def inference_session(path: str | Path):
-    """An onnxruntime CPU session of the graph at `path`; a one-line install hint without it."""
+    """An onnxruntime CPU session of the graph at `path`; a one-line install hint without it.
+
+    Raises:
+        CorruptFileError: onnxruntime cannot load the file (truncated, empty, not a graph).
+    """
     try:
         import onnxruntime
     except ModuleNotFoundError as err:
@@ -45,7 +50,16 @@ def inference_session(path: str | Path):
     # they wait: where this process may run on fewer cores, the spinning threads steal
     # the cores that do the work.
     options.intra_op_num_threads = usable_cores()
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    from onnxruntime.capi import onnxruntime_pybind11_state as status
+
+    unloadable = (status.InvalidProtobuf, status.InvalidGraph, status.InvalidArgument, status.Fail)
+    try:
+        return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except unloadable as err:
+        reason = str(err).splitlines()[0]
+        raise CorruptFileError(
+            path, f"is corrupt: onnxruntime cannot load it ({reason})", "export the run again"
+        ) from None
 
 
 def usable_cores() -> int:

@@ -46,6 +46,7 @@ from mintransformer.export.folder import (
     EXPORT_FILES,
     GRAPHS,
     ExportFolder,
+    file_digest,
     run_identity,
 )
 from mintransformer.export.graph_passes import (
@@ -244,6 +245,7 @@ def export_run(run_path: str | Path, output: str | Path | None = None, int8: boo
         model, _, config = load_trained(run, mixed_precision=False)
         folder = ExportFolder(staging)
         manifest = {"task": config.task, "int8": bool(int8), "run": run_identity(run)}
+        manifest["tokenizer_sha256"] = file_digest(run.tokenizer_path)
         if isinstance(config, ClassificationConfig):
             write_graphs(classification_graphs(model), folder.path, int8)
         else:
