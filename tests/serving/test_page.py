@@ -173,3 +173,30 @@ def test_classification_and_generation_pages(
             assert driver.find_element(By.ID, "generate-error").text == ""
     finally:
         server.stop()
+
+
+@pytest.mark.slow  # an export and one more server process
+def test_the_page_translates_on_the_onnx_engine_without_the_explorer(
+    browser, trained_run, tmp_path
+):
+    from mintransformer.export.onnx_graphs import export_run
+    from tests.serving.conftest import ServerProcess
+
+    folder = export_run(trained_run.path, tmp_path / "onnx")
+    server = ServerProcess(folder, "--engine", "onnx", log_path=tmp_path / "server.log")
+    try:
+        server.wait_ready()
+        driver = browser
+        driver.get(server.url + "/")
+        wait_for(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+        assert driver.find_element(By.ID, "no-attention").is_displayed()
+        source = driver.find_element(By.ID, "source")
+        source.clear()
+        source.send_keys("three hundred twelve")
+        driver.find_element(By.ID, "translate").click()
+        translation = driver.find_element(By.ID, "translation")
+        wait_for(driver, lambda d: translation.text != "")
+        assert driver.find_element(By.ID, "error").text == ""
+        assert not driver.find_element(By.ID, "explorer").is_displayed()
+    finally:
+        server.stop()

@@ -5,7 +5,9 @@
 const SVG_NS = "http://www.w3.org/2000/svg";
 const HEAD_COLORS = ["#2f5fd0", "#d0492f", "#2a9d4b", "#9b3fc4", "#d08a00", "#0e9aa7",
   "#c2185b", "#5d6d7e", "#7cb342", "#6d4c41", "#3949ab", "#f4511e"];
-const state = { attention: null, kind: "encoder", layer: 1, heads: [], view: "head" };
+// `withAttention`: whether the server's engine returns attention maps (the keras engine).
+const state = { attention: null, kind: "encoder", layer: 1, heads: [], view: "head",
+  withAttention: true };
 const $ = (id) => document.getElementById(id);
 
 function el(name, attributes = {}, text = null) {
@@ -41,7 +43,7 @@ async function translate(event) {
   $("error").textContent = "";
   const beam = Number($("beam").value) || 1;
   const body = { texts: [$("source").value], beam_size: beam,
-    n_best: Math.min(Number($("nbest").value) || 1, beam), attention: true };
+    n_best: Math.min(Number($("nbest").value) || 1, beam), attention: state.withAttention };
   try {
     const result = (await (await api("/api/translate", body)).json()).results[0];
     showTranslation(result);
@@ -322,7 +324,7 @@ async function classify(event) {
   event.preventDefault();
   $("classify-error").textContent = "";
   try {
-    const body = { texts: [$("text").value], attention: true };
+    const body = { texts: [$("text").value], attention: state.withAttention };
     const result = (await (await api("/api/classify", body)).json()).results[0];
     $("labels").replaceChildren(...Object.entries(result.probabilities)
       .sort((a, b) => b[1] - a[1]).map(([label, p]) => {
@@ -339,10 +341,12 @@ async function classify(event) {
         row.append(name, track, value);
         return row;
       }));
-    const tokens = result.attention.tokens;
-    $("explorer-title").textContent = "Attention over the input";
-    showAttention({ source_tokens: tokens, input_tokens: tokens, output_tokens: tokens,
-      encoder: result.attention.encoder }, ["encoder"]);
+    if (result.attention) {
+      const tokens = result.attention.tokens;
+      $("explorer-title").textContent = "Attention over the input";
+      showAttention({ source_tokens: tokens, input_tokens: tokens, output_tokens: tokens,
+        encoder: result.attention.encoder }, ["encoder"]);
+    }
   } catch (err) {
     $("classify-error").textContent = err.message;
   }
@@ -393,6 +397,8 @@ async function start() {
   const panel = { translation: "translation-panel", classification: "classification-panel",
     language_model: "generation-panel" }[info.task];
   $(panel).hidden = false;
+  state.withAttention = info.engine === "keras";
+  $("no-attention").hidden = state.withAttention;
   $("translate-form").addEventListener("submit", translate);
   $("classify-form").addEventListener("submit", classify);
   $("generate-form").addEventListener("submit", generate);
