@@ -105,3 +105,78 @@ def test_truncation_modes():
     assert truncate(ids, 20, "head_tail") == ids
     with pytest.raises(ValueError, match="truncation"):
         truncate(ids, 4, "middle")
+
+
+def test_csv_row_with_an_unquoted_comma_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "commas.csv"
+    path.write_text("text,label\nawful,neg\nfine,pos\nGreat, loved it,pos\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="commas.csv, line 4: 3 columns, the header has 2 "):
+        read_labelled(path)
+
+
+def test_csv_row_missing_its_label_names_its_line(tmp_path):
+    path = tmp_path / "short.csv"
+    path.write_text("text,label\nawful,neg\nno label here\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="short.csv, line 3: 1 columns, the header has 2"):
+        read_labelled(path)
+
+
+def test_csv_from_excel_with_a_byte_order_mark_and_old_mac_line_ends(tmp_path):
+    bom = tmp_path / "excel.csv"
+    bom.write_bytes(b"\xef\xbb\xbftext,label\r\nfine,pos\r\nawful,neg\r\n")
+    assert read_labelled(bom) == [("fine", "pos"), ("awful", "neg")]
+    old_mac = tmp_path / "mac.csv"
+    old_mac.write_bytes(b'text,label\r"two\rlines",pos\rawful,neg\r')
+    assert read_labelled(old_mac) == [("two lines", "pos"), ("awful", "neg")]
+
+
+def test_csv_the_csv_module_cannot_parse_names_its_line(tmp_path):
+    path = tmp_path / "huge.csv"
+    path.write_text('text,label\nfine,pos\n"' + "x" * 200_000 + '",neg\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="huge.csv, line 3: not valid CSV"):
+        read_labelled(path)
+
+
+LATIN_1_REVIEW = "caf\u00e9".encode("latin-1")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("plain.jsonl.gz", b'{"text": "ok", "label": 1}\n', "plain.jsonl.gz: not a valid gzip"),
+        (
+            "cut.jsonl.gz",
+            gzip.compress(b'{"text": "ok", "label": 1}\n' * 100)[:30],
+            "cut.jsonl.gz: not a valid gzip",
+        ),
+        (
+            "latin.jsonl",
+            b'{"text": "ok", "label": 1}\n{"text": "' + LATIN_1_REVIEW + b'", "label": 0}\n',
+            "latin.jsonl: line 2 is not valid UTF-8",
+        ),
+        (
+            "latin.csv",
+            b"text,label\nok,pos\n" + LATIN_1_REVIEW + b",neg\n",
+            "latin.csv: line 3 is not valid UTF-8",
+        ),
+        (
+            "cut.csv.gz",
+            gzip.compress(b"text,label\n" + b"ok,pos\n" * 100)[:30],
+            "cut.csv.gz: not a valid gzip",
+        ),
+    ],
+)
+def test_unreadable_files_are_refused_with_their_name(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        read_labelled(path)
+
+
+def test_a_class_folder_file_not_in_utf8_is_named(tmp_path):
+    for label in ("pos", "neg"):
+        (tmp_path / label).mkdir()
+        (tmp_path / label / "0_7.txt").write_text("fine", encoding="utf-8")
+    (tmp_path / "pos" / "1_9.txt").write_bytes(LATIN_1_REVIEW)
+    with pytest.raises(ValueError, match=r"pos[/\\]1_9\.txt: line 1 is not valid UTF-8"):
+        read_labelled(tmp_path)

@@ -167,3 +167,13 @@ def test_bigram_and_schedule_flags_reach_the_config_and_the_model():
     assert (embedding.ngram_buckets, embedding.ngram_dropout) == (64, 0.3)
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args([*argv, "--schedule", "cosine"])
+
+
+@pytest.mark.parametrize("split", ["--val", "--test"])
+def test_cli_refuses_an_unknown_label_before_training(capsys, tmp_path, csv_data, split):
+    typo = tmp_path / "typo.jsonl"
+    typo.write_text('{"text": "great", "label": "Pos"}\n{"text": "awful", "label": "neg"}\n')
+    argv = ["train", "classification", "--run", tmp_path / "r", "--train", csv_data / "train.csv"]
+    code, _, err = run_cli(capsys, *argv, split, typo, *tiny_flags())
+    assert code == 2 and "typo.jsonl has labels the model does not know: ['Pos']" in err
+    assert not (tmp_path / "r").exists()

@@ -5,6 +5,7 @@ import csv
 import numpy as np
 import pytest
 
+from mintransformer import cli
 from mintransformer.config import TranslationConfig
 from mintransformer.data.corpora import load_corpus, numbers_spec
 from mintransformer.runs import checkpoints
@@ -152,3 +153,19 @@ def test_the_training_clock_stops_once_the_budget_is_spent(spent, stops):
     assert clock.model.stop_training is stops
     assert logs["padding"] == pytest.approx(0.25)
     assert logs["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("empty", ["--train", "--val"])
+def test_an_empty_split_is_refused_before_the_run_folder_is_written(tmp_path, capsys, empty):
+    for prefix, lines in (("good", "one\ntwo\nthree\n"), ("blank", "\n\n")):
+        for lang in ("en", "fr"):
+            (tmp_path / f"{prefix}.{lang}").write_text(lines, encoding="utf-8")
+    files = {"--train": tmp_path / "good", "--val": tmp_path / "good", empty: tmp_path / "blank"}
+    run = tmp_path / "run"
+    argv = ["train", "translation", "--run", str(run), "--src", "en", "--tgt", "fr"]
+    argv += [arg for flag, prefix in files.items() for arg in (flag, str(prefix))]
+    argv += ["--num-layers", "1", "--d-model", "16", "--heads", "2", "--dff", "32"]
+    assert cli.main([*argv, "--epochs", "1", "--no-bf16", "--verbose", "0"]) == 2
+    split = empty.removeprefix("--")
+    assert f"error: the {split} split is empty: {tmp_path / 'blank'}.en" in capsys.readouterr().err
+    assert not run.exists() or not any(run.iterdir())

@@ -84,7 +84,14 @@ def number_splits(spec: dict) -> dict[str, list[int]]:
 
 
 def load_corpus(spec: dict) -> dict[str, list[tuple[str, str]]]:
-    """Loads the splits a spec describes; pairs with an empty side are dropped."""
+    """Loads the splits a spec describes; pairs with an empty side are dropped.
+
+    Raises:
+        FileNotFoundError: if a file is missing.
+        ValueError: if a file cannot be read, or a split (train, val, or a test split
+            the spec asks for) holds no pair once empty pairs are dropped, naming the
+            split and its files.
+    """
     kind = spec.get("kind")
     if kind == "numbers":
         options = {k: v for k, v in spec.items() if k != "kind"}
@@ -105,4 +112,53 @@ def load_corpus(spec: dict) -> dict[str, list[tuple[str, str]]]:
         )
     else:
         raise ValueError(f"unknown corpus kind {kind!r}: expected numbers, parallel or tsv")
-    return {name: parallel.drop_empty_pairs(pairs)[0] for name, pairs in splits.items()}
+    total = sum(len(pairs) for pairs in splits.values())
+    kept = {}
+    for name, pairs in splits.items():
+        kept[name], dropped = parallel.drop_empty_pairs(pairs)
+        if not kept[name] and _asks_for(spec, name):
+            reason = _empty_reason(spec, name, total, dropped)
+            raise ValueError(f"the {name} split is empty: {reason}")
+    return kept
+
+
+def _asks_for(spec: dict, split: str) -> bool:
+    """Whether `spec` needs `split` to hold pairs: train and val always, test if asked for."""
+    if split != "test":
+        return True
+    return bool(spec.get("test") or spec.get("test_fraction") or spec.get("num_test"))
+
+
+def _empty_reason(spec: dict, split: str, total: int, dropped: int) -> str:
+    """Why `split` of `spec` holds no pair, naming the files it came from.
+
+    `total` counts the pairs of the whole corpus, `dropped` those of the split that
+    had an empty side.
+    """
+    if spec["kind"] == "parallel":
+        files = f"{spec[split]}.{spec['src']} and {spec[split]}.{spec['tgt']}"
+        blank = f" ({dropped} with an empty side dropped)" if dropped else ""
+        return f"{files} hold no sentence pair{blank}; give --{split} files with text"
+    if spec["kind"] == "tsv":
+        return _empty_tsv_reason(spec, split, total, dropped)
+    return f"the {spec['kind']} corpus gives none; ask for more"
+
+
+def _empty_tsv_reason(spec: dict, split: str, total: int, dropped: int) -> str:
+    """`_empty_reason` for a TSV file split by `parallel.split_by_source`."""
+    path = spec["path"]
+    if dropped:
+        return f"the {dropped} pairs of {path} dealt to it all have an empty side"
+    if not total:
+        return f"{path} holds no sentence pair"
+    if split == "train":
+        return (
+            f"the val and test fractions take all {total} pairs of {path}; "
+            "lower --val-fraction or --test-fraction, or add pairs"
+        )
+    fraction = spec[f"{split}_fraction"]
+    none_allowed = " (0: no test split)" if split == "test" else ""
+    return (
+        f"--{split}-fraction {fraction:g} of the source sentences of {path} ({total} pairs) "
+        f"is less than one; raise --{split}-fraction{none_allowed} or add pairs"
+    )

@@ -12,14 +12,14 @@ named labels are handled alike; `LabelSet` maps them to class ids. HTML line bre
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from mintransformer.data.text import iter_lines, read_lines
 
 _LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 # aclImdb's folder of unlabelled reviews: not a class.
@@ -29,12 +29,6 @@ _UNLABELLED_FOLDERS = {"unsup"}
 def clean_text(text: str) -> str:
     """Replaces HTML line breaks with spaces and collapses runs of whitespace."""
     return " ".join(_LINE_BREAK.sub(" ", text).split())
-
-
-def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
 
 
 def _label(value, where: str) -> str:
@@ -51,27 +45,41 @@ def _label(value, where: str) -> str:
 
 
 def _read_jsonl(path: Path) -> list[tuple[str, str]]:
+    """`(text, label)` per non-blank line; a bad line is refused with its number."""
     pairs = []
-    with _open_text(path) as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}, line {number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err})") from None
-            if not isinstance(record, dict) or "text" not in record or "label" not in record:
-                raise ValueError(f'{where}: expected an object with "text" and "label" fields')
-            if not isinstance(record["text"], str):
-                raise ValueError(f'{where}: "text" must be a string')
-            pairs.append((clean_text(record["text"]), _label(record["label"], where)))
+    for number, line in enumerate(iter_lines(path), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: not valid JSON ({err})") from None
+        if not isinstance(record, dict) or "text" not in record or "label" not in record:
+            raise ValueError(f'{where}: expected an object with "text" and "label" fields')
+        if not isinstance(record["text"], str):
+            raise ValueError(f'{where}: "text" must be a string')
+        pairs.append((clean_text(record["text"]), _label(record["label"], where)))
     return pairs
 
 
+def _csv_lines(path: Path) -> Iterator[str]:
+    """The lines of a CSV file for `csv.reader`, each ending in a newline.
+
+    `iter_lines` decodes them (gzip, UTF-8, a byte order mark dropped), naming the
+    file and line of a byte it cannot read. Lines end at "\\n", "\\r\\n" or a lone
+    "\\r", as `csv` expects of a file opened with `newline=""`; the newline is put
+    back so that a quoted text spanning lines keeps its line break.
+    """
+    for line in iter_lines(path):
+        for part in line.split("\r"):
+            yield part + "\n"
+
+
 def _read_csv(path: Path) -> list[tuple[str, str]]:
-    with _open_text(path) as handle:
-        reader = csv.DictReader(handle)
+    """`(text, label)` per row under a header naming them; a bad row is refused with its line."""
+    reader = csv.DictReader(_csv_lines(path))
+    try:
         fields = reader.fieldnames or []
         if "text" not in fields or "label" not in fields:
             raise ValueError(
@@ -81,13 +89,36 @@ def _read_csv(path: Path) -> list[tuple[str, str]]:
         pairs = []
         for row in reader:
             where = f"{path}, line {reader.line_num}"
-            if row["text"] is None or row["label"] is None:
-                raise ValueError(f"{where}: missing the text or label column")
+            _check_columns(row, len(fields), where)
             pairs.append((clean_text(row["text"]), _label(row["label"], where)))
+    except csv.Error as err:
+        line = reader.reader.line_num  # the line read when the error came
+        raise ValueError(f"{path}, line {line}: not valid CSV ({err})") from None
     return pairs
 
 
+def _check_columns(row: dict, num_fields: int, where: str) -> None:
+    """Refuses a CSV row with more columns than the header, or without its text or label.
+
+    `csv.DictReader` files surplus fields under the key None: an unquoted comma in a
+    text would otherwise shift part of the text into the label.
+    """
+    if None in row:
+        columns = num_fields + len(row[None])
+        raise ValueError(
+            f"{where}: {columns} columns, the header has {num_fields} "
+            "(quote texts that contain commas)"
+        )
+    if row["text"] is None or row["label"] is None:
+        columns = sum(value is not None for value in row.values())
+        raise ValueError(
+            f"{where}: {columns} columns, the header has {num_fields} "
+            "(missing the text or label column)"
+        )
+
+
 def _read_folder(path: Path) -> list[tuple[str, str]]:
+    """`(text, class folder name)` per `.txt` file; a file not in UTF-8 is refused by name."""
     classes = sorted(
         folder
         for folder in path.iterdir()
@@ -100,7 +131,7 @@ def _read_folder(path: Path) -> list[tuple[str, str]]:
     pairs = []
     for folder in classes:
         for file in sorted(folder.glob("*.txt")):
-            pairs.append((clean_text(file.read_text(encoding="utf-8")), folder.name))
+            pairs.append((clean_text("\n".join(read_lines(file))), folder.name))
     return pairs
 
 
@@ -109,8 +140,9 @@ def read_labelled(path: str | Path) -> list[tuple[str, str]]:
 
     Raises:
         FileNotFoundError: if `path` does not exist.
-        ValueError: on an unknown format, a malformed record or label (with its line),
-            or no example at all.
+        ValueError: on an unknown format, a malformed record or label, a CSV row with
+            more columns than its header, text that is not UTF-8 or a `.gz` that is not
+            valid gzip (each with its file and line), or no example at all.
     """
     path = Path(path)
     if not path.exists():

@@ -28,11 +28,24 @@ Splits = dict[str, Examples]
 
 
 def load_data(config: ClassificationConfig) -> Splits:
-    """The splits of `config.data`; a new run's class names come from its training data."""
+    """The splits of `config.data`; a new run's class names come from its training data.
+
+    Raises:
+        ValueError: if a split has a label outside the classes (a typo such as "Pos"
+            for "pos" in a test file), before any run directory is written.
+    """
     splits = load_splits(config.data, config.seed)
     if not config.labels:
         config.labels = LabelSet.from_labels([label for _, label in splits["train"]]).names
+    check_labels(splits, LabelSet(config.labels), config.data)
     return splits
+
+
+def check_labels(splits: Splits, labels: LabelSet, data: dict) -> None:
+    """Refuses a split with a label `labels` does not know, naming its file."""
+    for split, examples in splits.items():
+        source = data.get(split) or f"the {split} split carved from {data['train']}"
+        labels.ids([label for _, label in examples], source)
 
 
 def describe(config: ClassificationConfig, splits: Splits) -> str:
