@@ -50,3 +50,38 @@ def test_inference_modules_do_not_import_the_training_code():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_overwriting_a_run_deletes_its_results_so_an_early_stop_reads_unfinished(tmp_path):
+    config = make_config("language_model", num_layers=1, d_model=16, dff=32, max_length=8)
+    run = RunDirectory.create(tmp_path / "run", config)
+    Tokenizer.train(["a b c d e f"] * 5, vocab_size=40).save(run.tokenizer_path)
+    checkpoints.save_variables(run.weights_path, build_model(config, 40).weights)
+    run.checkpoint_dir.mkdir()
+    run.checkpoint_path(1).write_bytes(b"old")
+    run.log_path.write_text("epoch\n1\n")
+    (run.path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        RunDirectory.create(run.path, config)
+    # A new run that stopped right after its config: no old weights beside it.
+    RunDirectory.create(run.path, make_config("language_model", max_length=8), overwrite=True)
+    assert sorted(p.name for p in run.path.iterdir()) == ["config.json", "notes.txt"]
+    with pytest.raises(FileNotFoundError, match="missing tokenizer.json, model.npz"):
+        RunDirectory.open(run.path)
+
+
+def test_a_run_path_that_cannot_be_a_folder_is_a_clear_error(tmp_path):
+    from mintransformer.core.errors import USER_ERRORS
+
+    (tmp_path / "afile").write_text("keep")
+    config = make_config("language_model", max_length=8)
+    with pytest.raises(FileExistsError, match="is a file, not a run directory"):
+        RunDirectory.create(tmp_path / "afile", config)
+    with pytest.raises(USER_ERRORS, match="could not write .*afile/sub: Not a directory"):
+        RunDirectory.create(tmp_path / "afile" / "sub", config)
+    with (
+        pytest.raises(USER_ERRORS, match="choose another --run"),
+        RunDirectory(tmp_path / "afile" / "sub").lock(),
+    ):
+        pass
+    assert (tmp_path / "afile").read_text() == "keep"

@@ -30,14 +30,22 @@ class CorruptFileError(ValueError):
 
 
 class FileWriteError(OSError):
-    """Writing a file failed (disk full, read-only folder, ...); the old file is unchanged."""
+    """Writing a file failed (disk full, read-only folder, ...); the old file is unchanged.
 
-    def __init__(self, path: str | Path, cause: OSError):
+    Args:
+        path: the file or folder.
+        cause: the error writing it raised.
+        remedy: what to do, where the caller knows better than the general advice.
+    """
+
+    def __init__(self, path: str | Path, cause: OSError, remedy: str = ""):
         super().__init__(cause.errno, cause.strerror, str(path))
-        self.message = (
-            f"could not write {path}: {cause.strerror or cause}. Nothing was replaced; "
+        remedy = remedy or (
             "free some space or make the folder writable, then run again "
-            "(a training run continues with --resume)."
+            "(a training run continues with --resume)"
+        )
+        self.message = (
+            f"could not write {path}: {cause.strerror or cause}. Nothing was replaced; {remedy}."
         )
 
     def __str__(self) -> str:

@@ -17,6 +17,7 @@ checkpoint.
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from mintransformer.config import (  # noqa: F401  (the configs were defined her
     TranslationConfig,
     config_from_json,
 )
-from mintransformer.core.errors import CorruptFileError
+from mintransformer.core.errors import CorruptFileError, FileWriteError
 from mintransformer.core.files import atomic_write
 from mintransformer.core.locking import exclusive_lock
 from mintransformer.data.tokenizer import Tokenizer
@@ -64,16 +65,45 @@ class RunDirectory:
 
     @classmethod
     def create(cls, path: str | Path, config: RunConfig, overwrite: bool = False):
-        """A new run directory holding `config`; refuses to reuse one with a run in it."""
+        """A new run directory holding `config`; refuses to reuse one with a run in it.
+
+        With `overwrite`, the earlier run's tokenizer, weights, checkpoints and log are
+        deleted first: a new run stopped early then reads as unfinished, never as the
+        old weights beside the new config.
+        """
         run = cls(path)
         if run.config_path.exists() and not overwrite:
             raise FileExistsError(
                 f"{run.path} already holds a run; pass --resume to continue it, or "
                 "--overwrite to start again (its checkpoints are then replaced)."
             )
-        run.path.mkdir(parents=True, exist_ok=True)
+        run.make_folder()
+        run.delete_training_results()
         run.save_config(config)
         return run
+
+    def make_folder(self) -> None:
+        """Creates the run's folder (and its parents) if it is not there.
+
+        Raises:
+            FileExistsError: the path is a file.
+            FileWriteError: the folder cannot be created (a parent is a file, no permission).
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise FileExistsError(
+                f"{self.path} is a file, not a run directory: choose another --run"
+            )
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise FileWriteError(self.path, err, "choose another --run") from None
+
+    def delete_training_results(self) -> None:
+        """Deletes what training wrote (tokenizer, weights, checkpoints, log), config aside."""
+        for path in (self.tokenizer_path, self.weights_path, self.log_path):
+            path.unlink(missing_ok=True)
+        if self.checkpoint_dir.is_dir():
+            shutil.rmtree(self.checkpoint_dir)
 
     @classmethod
     def open(cls, path: str | Path, need_weights: bool = True) -> RunDirectory:
@@ -112,7 +142,7 @@ class RunDirectory:
         before writing anything (bad data) leaves nothing behind.
         """
         created = not self.path.exists()
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.make_folder()
         try:
             with exclusive_lock(self.path / LOCK, f"run directory {self.path}"):
                 yield
