@@ -140,3 +140,16 @@ def test_a_corrupt_older_checkpoint_stops_the_averaging_with_a_remedy_that_works
     run.checkpoint_path(1).unlink()
     train_in(translation, run, corpus, resume=True)
     assert run.weights_path.is_file()
+
+
+def test_settings_that_do_not_fit_the_data_leave_no_run_in_the_way(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "mine").mkdir(parents=True)  # a folder the user made: kept
+    flags = [arg for arg in TINY_FLAGS if arg != "48"]  # every sentence longer than 2 tokens
+    flags[flags.index("--max-length") + 1 : flags.index("--max-length") + 1] = ["2"]
+    assert cli.main(["train", "translation", "--run", str(run), *flags]) == 2
+    assert "no sentence pair left" in capsys.readouterr().err
+    assert sorted(os.listdir(run)) == ["mine"]
+    # The corrected command finds no run in its way.
+    assert cli.main(["train", "translation", "--run", str(run), *TINY_FLAGS, "--epochs", "1"]) == 0
+    assert RunDirectory.open(run).weights_path.is_file()

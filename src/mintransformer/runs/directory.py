@@ -98,6 +98,11 @@ class RunDirectory:
         except OSError as err:
             raise FileWriteError(self.path, err, "choose another --run") from None
 
+    def discard(self) -> None:
+        """Deletes a new run that stopped before its first checkpoint: config and all."""
+        self.delete_training_results()
+        self.config_path.unlink(missing_ok=True)
+
     def delete_training_results(self) -> None:
         """Deletes what training wrote (tokenizer, weights, checkpoints, log), config aside."""
         for path in (self.tokenizer_path, self.weights_path, self.log_path):
@@ -138,8 +143,9 @@ class RunDirectory:
     def lock(self) -> Iterator[None]:
         """Within the block no other process can train here (RunInUseError if one does).
 
-        A folder created for the lock alone is removed again, so a run that fails
-        before writing anything (bad data) leaves nothing behind.
+        Without a run in the folder afterwards, the lock file is removed again, and the
+        folder too if the block created it: a run that fails before writing anything (bad
+        data) leaves nothing behind.
         """
         created = not self.path.exists()
         self.make_folder()
@@ -147,9 +153,10 @@ class RunDirectory:
             with exclusive_lock(self.path / LOCK, f"run directory {self.path}"):
                 yield
         finally:
-            if created and [p.name for p in self.path.iterdir()] == [LOCK]:
-                (self.path / LOCK).unlink()
-                self.path.rmdir()
+            if not self.config_path.exists():
+                (self.path / LOCK).unlink(missing_ok=True)
+                if created and not any(self.path.iterdir()):
+                    self.path.rmdir()
 
     def save_config(self, config: RunConfig) -> None:
         atomic_write(self.config_path, lambda f: f.write(config.to_json().encode()))

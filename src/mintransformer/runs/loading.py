@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-from mintransformer.runs import checkpoints
 from mintransformer.backend.precision import choose_precision
 from mintransformer.config import (
     ClassificationConfig,
@@ -19,8 +18,9 @@ from mintransformer.config import (
     RunConfig,
     TranslationConfig,
 )
-from mintransformer.runs.directory import RunDirectory
 from mintransformer.data.tokenizer import Tokenizer
+from mintransformer.runs import checkpoints
+from mintransformer.runs.directory import RunDirectory
 
 # Config fields that are model arguments of the same name.
 SIZE_FIELDS = ("num_layers", "d_model", "num_heads", "dff", "dropout_rate")

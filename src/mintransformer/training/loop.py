@@ -153,7 +153,10 @@ def open_run(
 
     No other process can train in the run directory within the block
     (`RunDirectory.lock`). The data are loaded before a new run directory is
-    created, so bad data leave no run behind.
+    created, so bad data leave no run behind; a new run whose settings turn out not
+    to fit its data (a ValueError before the first checkpoint) is removed again
+    (`RunDirectory.discard`), so the corrected command does not find a run in the way.
+    Other failures (a full disk, Ctrl-C) keep it for `--resume`.
     """
     with RunDirectory(path).lock():
         print(configure_runtime())
@@ -176,9 +179,16 @@ def open_run(
         if data is None:
             data = task.load_data(config)
         print(task.describe(config, data))
-        if not resume:
-            run = RunDirectory.create(path, config, overwrite=overwrite)
-        yield run, data, bf16
+        if resume:
+            yield run, data, bf16
+            return
+        run = RunDirectory.create(path, config, overwrite=overwrite)
+        try:
+            yield run, data, bf16
+        except ValueError:  # settings that do not fit the data: the user changes the command
+            if not run.checkpoints():
+                run.discard()
+            raise
 
 
 def prepare_tokenizer(
