@@ -1,5 +1,7 @@
 """Generation from a language model: cached = uncached, filters, seeds, batching, stopping."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -92,7 +94,8 @@ class PadLovingModel:
 
 
 def test_padding_is_never_generated():
-    for temperature in (0, 1.0):
+    # 5e-324, the smallest float64, overflowed `logits / temperature` into NaNs.
+    for temperature in (0, 1.0, 1e-300, 5e-324):
         rows = generate(
             PadLovingModel(),
             [[1], [2, 3]],
@@ -101,6 +104,18 @@ def test_padding_is_never_generated():
             cached=False,
         )
         assert all(0 not in row and len(row) == 12 for row in rows)
+
+
+def test_a_tiny_temperature_samples_the_arg_max_without_overflow_warnings(model):
+    logits = np.array([[-np.inf, 1.0, 3.0, 2.0], [-np.inf, 5.0, 5.0 - 1e-9, -700.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # numpy's overflow
+        for temperature in (1e-300, 5e-324):
+            for options in ({}, {"top_k": 2}, {"top_p": 0.5}):
+                chosen = next_tokens(logits, np.random.default_rng(0), temperature, **options)
+                assert chosen.tolist() == [2, 1]
+        greedy = generate(model, PROMPTS, max_new_tokens=6, temperature=0)
+        assert generate(model, PROMPTS, max_new_tokens=6, temperature=5e-324) == greedy
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from mintransformer import Translator
+from mintransformer.data.text import normalize_text
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +89,9 @@ BAD_BODIES = [
     ({"texts": ["one"], "beam_size": 2, "n_best": 3}, 422, "n_best"),
     ({"texts": ["one"], "alpha": -1}, 422, "alpha"),
     ({"texts": ["one"], "attention": "yes"}, 422, "attention"),
+    (b'{"texts": ["one"], "alpha": NaN}', 422, "alpha: Input should be a finite number"),
+    (b'{"texts": ["one"], "alpha": Infinity}', 422, "finite"),
+    (b"[" * 5000 + b"]" * 5000, 400, "not valid JSON"),
 ]
 
 
@@ -100,6 +104,39 @@ def test_bad_input_gets_a_4xx_naming_the_problem(client, body, status, word):
     assert response.status_code == status, response.text
     assert word in response.json()["error"]
     assert client.get("/api/health").status_code == 200
+
+
+@pytest.mark.parametrize("attention", [False, True])
+def test_a_text_longer_than_the_model_reads_gets_a_422_not_a_cut_translation(
+    client, translator, attention
+):
+    long = "twenty-one " * 25  # within --max-chars (300)
+    tokens = len(translator.tokenizer.encode_batch([normalize_text(long)])[0])
+    limit = translator.max_source_length
+    assert tokens > limit
+    response = post(client, {"texts": ["", "one", long], "attention": attention})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == (
+        f"`texts[2]` is {tokens} subword tokens; this model reads at most {limit}: "
+        "split it into sentences."
+    )
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_a_body_not_sent_as_json_is_told_the_content_type(client, content_type):
+    headers = {"content-type": content_type} if content_type else {}
+    response = post(client, None, content=b'{"texts": ["one"]}', headers=headers)
+    assert response.status_code == 415
+    error = response.json()["error"]
+    assert "must be JSON, sent with Content-Type: application/json" in error
+    assert (repr(content_type) if content_type else "is missing") in error
+
+
+def test_a_wrong_method_gets_405_with_its_allow_header(client):
+    response = client.get("/api/translate")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    assert response.json()["error"]
 
 
 def test_the_other_tasks_endpoints_say_what_this_server_holds(client):

@@ -64,6 +64,43 @@ def test_sigterm_finishes_requests_in_flight_refuses_new_ones_and_exits_0(traine
     assert "warmed up in" in log and "stopped" in log
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--port", "99999"], "argument --port: 99999 is not a port: ports are 0 to 65535"),
+        (["--port", "-1"], "argument --port: -1 is not a port"),
+        (["--max-batch-size", "0"], "argument --max-batch-size: 0 must be at least 1"),
+        (["--max-texts", "2.5"], "argument --max-texts: '2.5' is not a whole number"),
+        (["--max-wait-ms", "nan"], "argument --max-wait-ms: nan must be a finite number"),
+        (["--shutdown-timeout", "-5"], "argument --shutdown-timeout: -5 must be a finite"),
+        (["--warm-beams", "a"], "argument --warm-beams: 'a' is not a list of beam sizes"),
+        (["--warm-beams", "1,0"], "argument --warm-beams: '1,0' is not a list of beam sizes"),
+    ],
+)
+def test_bad_serve_flags_are_refused_by_name(flags, message, capsys):
+    from mintransformer.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["serve", "--run", "runs/x", *flags])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_warm_beams_are_checked_against_max_beam_before_the_model_loads():
+    from mintransformer.cli import build_parser
+    from mintransformer.serving.options import limits_from
+
+    def parse(*flags: str):
+        return build_parser().parse_args(["serve", "--run", "runs/x", *flags])
+
+    args = parse("--warm-beams", " 1, 4,", "--port", "0", "--shutdown-timeout", "0")
+    assert (args.warm_beams, args.port, args.shutdown_timeout) == ("1,4", 0, 0.0)
+    assert limits_from(args).max_beam == 16
+    assert parse("--warm-beams", "").warm_beams == ""
+    with pytest.raises(ValueError, match="--warm-beams 1,32: beam size 32 is over --max-beam 16"):
+        limits_from(parse("--warm-beams", "1,32"))
+
+
 CLIENTS = 32
 REQUESTS_PER_CLIENT = 6
 ROUNDS = 5

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -30,10 +32,15 @@ def classify_client(classify_service):
 
 
 @pytest.fixture(scope="module")
-def generate_client(untrained_lm_run):
+def generate_service(untrained_lm_run):
     from mintransformer.serving.services import load_service
 
-    with make_client(load_service(untrained_lm_run.path, "keras", limits())) as client:
+    return load_service(untrained_lm_run.path, "keras", limits())
+
+
+@pytest.fixture(scope="module")
+def generate_client(generate_service):
+    with make_client(generate_service) as client:
         yield client
 
 
@@ -106,3 +113,64 @@ def test_bad_generate_requests_get_a_4xx(generate_client, body, status, word):
     response = generate_client.post("/api/generate", json=body)
     assert response.status_code == status, response.text
     assert word in response.json()["error"]
+
+
+def test_a_prompt_and_new_tokens_over_the_context_get_a_422_not_a_cut_prompt(
+    generate_client, generate_service
+):
+    prompt = "the cat sat on the mat " * 3
+    prompt_tokens = generate_service.generator.prompt_tokens(prompt)
+    context = generate_service.generator.max_length  # 24
+    fits = context - prompt_tokens
+    assert 1 <= fits < 10, "the test needs a prompt that leaves room for 1 to 9 tokens"
+    body = {"prompt": prompt, "max_new_tokens": fits, "temperature": 0.0, "stream": False}
+    whole = generate_client.post("/api/generate", json=body)
+    assert whole.status_code == 200
+    assert whole.json()["text"].startswith(prompt.strip())  # all of it
+    for stream in (False, True):
+        response = generate_client.post(
+            "/api/generate", json={**body, "max_new_tokens": fits + 1, "stream": stream}
+        )
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert f"`prompt` is {prompt_tokens} tokens" in error
+        assert f"`max_new_tokens` is {fits + 1}" in error
+        assert f"context is {context} tokens" in error
+
+
+def test_an_abandoned_stream_stops_generating_at_its_next_token(generate_service, monkeypatch):
+    generator = generate_service.generator
+    generate = generator.generate
+    produced: list[int] = []
+    left, finished = threading.Event(), threading.Event()
+
+    def generate_until_the_client_leaves(prompts, on_token, **options):
+        def on_token_then_wait(row: int, token_id: int) -> None:
+            on_token(row, token_id)  # raises once the stream is closed
+            produced.append(token_id)
+            left.wait(timeout=30)  # the client leaves after the first token
+
+        try:
+            return generate(prompts, on_token=on_token_then_wait, **options)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(generator, "generate", generate_until_the_client_leaves)
+
+    async def read_one_token_and_leave() -> dict:
+        options = dict(max_new_tokens=10, temperature=0.0, top_k=None, top_p=None, seed=0)
+        events = generate_service.generate("the cat", **options)
+        first = await anext(events)
+        await events.aclose()
+        left.set()
+        return first
+
+    first = asyncio.run(read_one_token_and_leave())
+    assert finished.wait(timeout=30)
+    assert produced == [first["id"]]  # not the 10 asked for
+
+    async def read_all() -> list[dict]:
+        options = dict(max_new_tokens=3, temperature=0.0, top_k=None, top_p=None, seed=0)
+        return [event async for event in generate_service.generate("the cat", **options)]
+
+    assert asyncio.run(read_all())[-1]["done"]  # the next request is served

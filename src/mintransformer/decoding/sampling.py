@@ -77,7 +77,7 @@ def next_tokens(
     logits = np.asarray(logits, dtype="float64")
     if temperature == 0:
         return logits.argmax(-1).astype("int32")
-    cdf = np.cumsum(_softmax(filter_logits(logits / temperature, top_k, top_p)), axis=-1)
+    cdf = np.cumsum(_softmax(filter_logits(_tempered(logits, temperature), top_k, top_p)), -1)
     # Inverse CDF: the first token whose cumulative probability exceeds u (never a p = 0 one).
     u = rng.random(len(cdf))[:, None] * cdf[:, -1:]
     return np.minimum((cdf <= u).sum(-1), cdf.shape[-1] - 1).astype("int32")
@@ -185,6 +185,18 @@ def generate_with_steps(
         if done.all():
             break
     return outputs
+
+
+def _tempered(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """`logits / temperature`, each row shifted so its largest logit is 0 first.
+
+    The same distribution, but a tiny temperature sends the other logits to -inf
+    rather than the largest to +inf (whose softmax, inf - inf, would be NaN and
+    pick token 0, the padding id): it then samples the arg-max, as greedy does.
+    """
+    shifted = logits - logits.max(-1, keepdims=True)
+    with np.errstate(over="ignore"):
+        return shifted / temperature
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

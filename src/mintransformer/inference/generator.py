@@ -40,6 +40,12 @@ class Generator:
         """The generator of the run directory `path`; `engine` as `Translator.from_run`."""
         return cls(*generation_engine(path, engine))
 
+    def prompt_tokens(self, prompt: str) -> int:
+        """The subword tokens of `prompt`. `generate` keeps all of them when they and
+        `max_new_tokens` together are at most `max_length` (the `</s>` fed before the
+        prompt takes a position, the last new token none), else only the last ones."""
+        return len(prompt_ids(self.tokenizer, prompt)) - 1
+
     def generate(self, prompts: Sequence[str], max_new_tokens: int = 50, **options) -> list[str]:
         """Each prompt followed by its generated continuation, as text (</s> = line break).
 

@@ -2,7 +2,8 @@
 
 Sentences are batched by length for speed and returned in input order. An empty
 line translates to an empty line. A sentence longer than the model's source
-positions is truncated to fit, with a warning naming how many were.
+positions is truncated to fit, with a warning naming how many were
+(`encode_sources(truncate=False)` refuses it instead: the server does).
 """
 
 from __future__ import annotations
@@ -53,6 +54,23 @@ def score(hypotheses: Sequence[str], references: Sequence[str | Sequence[str]]) 
     result = bleu.corpus_score(list(hypotheses), streams)
     chrf = sacrebleu.metrics.CHRF().corpus_score(list(hypotheses), streams)
     return Scores(result.score, chrf.score, str(bleu.get_signature()))
+
+
+class SourceTooLongError(ValueError):
+    """A text with more subword tokens than the model reads (`encode_sources(truncate=False)`).
+
+    Attributes:
+        index: the text's position in the list encoded.
+        tokens: its subword tokens (`</s>` not counted).
+        limit: the most the model reads, `Translator.max_source_length`.
+    """
+
+    def __init__(self, index: int, tokens: int, limit: int):
+        super().__init__(
+            f"text {index} is {tokens} subword tokens; this model reads at most {limit}: "
+            "split it into sentences."
+        )
+        self.index, self.tokens, self.limit = index, tokens, limit
 
 
 class Translator:
@@ -116,13 +134,21 @@ class Translator:
         onnx engine."""
         return getattr(self.steps, "model", None)
 
-    def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
+    def encode_sources(self, texts: Sequence[str], truncate: bool = True) -> list[list[int]]:
+        """The source ids of each text: its subwords, then `</s>`.
+
+        A text of more than `max_source_length` subwords is cut to fit, with a warning,
+        or, with `truncate=False`, refused with a `SourceTooLongError` naming the first.
+        """
         encoded = self.tokenizer.encode_batch([normalize_text(t) for t in texts])
-        too_long = sum(len(ids) > self.max_source_length for ids in encoded)
+        too_long = [i for i, ids in enumerate(encoded) if len(ids) > self.max_source_length]
+        if too_long and not truncate:
+            first = too_long[0]
+            raise SourceTooLongError(first, len(encoded[first]), self.max_source_length)
         if too_long:
             warnings.warn(
-                f"{too_long} input sentence(s) longer than the model's {self.max_source_length} "
-                "source tokens were truncated.",
+                f"{len(too_long)} input sentence(s) longer than the model's "
+                f"{self.max_source_length} source tokens were truncated.",
                 stacklevel=3,
             )
         return [ids[: self.max_source_length] + [self.tokenizer.end_id] for ids in encoded]

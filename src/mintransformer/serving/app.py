@@ -158,6 +158,12 @@ def _warm_summary(service: Service, warm_beams: tuple[int, ...]) -> str:
     )
 
 
+NOT_JSON = "the request body is not valid JSON"
+# FastAPI's detail for a body `json.loads` failed on other than by a syntax error
+# (a RecursionError, for JSON nested thousands of levels deep).
+UNPARSED_BODY = "There was an error parsing the body"
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     """Every error as `{"error": ...}` JSON: 4xx naming the problem, never a bare 500."""
 
@@ -168,10 +174,14 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError):
         errors = err.errors()
+        content_type = request.headers.get("content-type", "")
+        if not _is_json(content_type):  # FastAPI then validates the raw bytes
+            sent = f"is {content_type!r}" if content_type else "is missing"
+            message = "the request body must be JSON, sent with Content-Type: application/json"
+            return JSONResponse({"error": f"{message} (this one's {sent})."}, status_code=415)
         if any(e.get("type") == "json_invalid" for e in errors):
             return JSONResponse(
-                {"error": "the request body is not valid JSON.", "detail": _plain(errors)},
-                status_code=400,
+                {"error": f"{NOT_JSON}.", "detail": _plain(errors)}, status_code=400
             )
         message = "; ".join(
             f"{'.'.join(str(part) for part in e['loc'] if part != 'body') or 'body'}: {e['msg']}"
@@ -181,12 +191,25 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, err: HTTPException):
-        return JSONResponse({"error": str(err.detail)}, status_code=err.status_code)
+        message = str(err.detail)
+        if err.status_code == 400 and message == UNPARSED_BODY:
+            message = f"{NOT_JSON} (or is nested too deeply to read)."
+        # Headers such as a 405's Allow are part of the answer.
+        return JSONResponse({"error": message}, status_code=err.status_code, headers=err.headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, err: Exception):
         log.exception("unexpected error on %s", request.url.path)
         return JSONResponse({"error": f"internal error: {type(err).__name__}"}, status_code=500)
+
+
+def _is_json(content_type: str) -> bool:
+    """Whether a Content-Type header says JSON, as FastAPI reads it (`application/json`,
+    `application/*+json`, any parameters)."""
+    media_type = content_type.split(";")[0].strip().lower()
+    return media_type == "application/json" or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )
 
 
 def _plain(errors: list[dict]) -> list[dict]:

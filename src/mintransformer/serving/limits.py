@@ -77,11 +77,20 @@ class Limits:
                 422, f"`n_best` is {n_best} but `beam_size` is {beam_size}: n_best <= beam_size."
             )
 
-    def check_new_tokens(self, max_new_tokens: int, context: int) -> None:
+    def check_new_tokens(self, max_new_tokens: int, prompt_tokens: int, context: int) -> None:
+        """422 for more new tokens than `--max-new-tokens` or the model's `context`, or
+        more than the context leaves after the prompt's `prompt_tokens`."""
         limit = min(self.max_new_tokens, context)
         if max_new_tokens > limit:
             raise RequestError(
                 422,
                 f"`max_new_tokens` is {max_new_tokens}; at most {limit} (the server's "
                 f"--max-new-tokens is {self.max_new_tokens}, the model's context {context}).",
+            )
+        if prompt_tokens + max_new_tokens > context:
+            raise RequestError(
+                422,
+                f"`prompt` is {prompt_tokens} tokens and `max_new_tokens` is {max_new_tokens}: "
+                f"{prompt_tokens + max_new_tokens} in all, but the model's context is {context} "
+                "tokens. Shorten the prompt or ask for fewer new tokens.",
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from mintransformer.inference.engines import ENGINES
@@ -21,7 +22,9 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_HOST,
         help=f"address to listen on (default {DEFAULT_HOST}: this machine only)",
     )
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument(
+        "--port", type=port, default=DEFAULT_PORT, help="0: any free port (default 8000)"
+    )
     parser.add_argument(
         "--cors",
         action="append",
@@ -31,15 +34,23 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     )
     batching = parser.add_argument_group("batching")
     batching.add_argument(
-        "--max-batch-size", type=int, default=32, help="sentences (texts to classify) per call"
+        "--max-batch-size",
+        type=positive_int,
+        default=32,
+        help="sentences (texts to classify) per call",
     )
     batching.add_argument(
-        "--max-wait-ms", type=float, default=5.0, help="how long a request waits for others"
+        "--max-wait-ms",
+        type=non_negative_float,
+        default=5.0,
+        help="how long a request waits for others",
     )
     batching.add_argument(
         "--warm-beams",
+        type=beam_sizes,
         default="1,4",
-        help="beam sizes compiled for every bucket at start-up (comma-separated; 1 = greedy)",
+        help="beam sizes compiled for every bucket at start-up (comma-separated; 1 = greedy; "
+        '"": none), each at most --max-beam',
     )
     limits = parser.add_argument_group("limits of one request")
     defaults = Limits()
@@ -52,17 +63,26 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     ):
         parser_name = "--" + name.replace("_", "-")
         default = getattr(defaults, name)
-        limits.add_argument(parser_name, type=int, default=default, help=f"{help} ({default})")
+        limits.add_argument(
+            parser_name, type=positive_int, default=default, help=f"{help} ({default})"
+        )
     parser.add_argument(
         "--shutdown-timeout",
-        type=float,
+        type=non_negative_float,
         default=30.0,
         help="seconds SIGTERM waits for requests in flight",
     )
 
 
 def limits_from(args: argparse.Namespace) -> Limits:
-    """The `Limits` the parsed flags set."""
+    """The `Limits` the parsed flags set; a ValueError (one line on the command line,
+    before the model loads) for `--warm-beams` sizes over `--max-beam`."""
+    too_large = [size for size in warm_beam_sizes(args.warm_beams) if size > args.max_beam]
+    if too_large:
+        raise ValueError(
+            f"--warm-beams {args.warm_beams}: beam size {too_large[0]} is over --max-beam "
+            f"{args.max_beam}, so no request could use it; lower it or raise --max-beam."
+        )
     return Limits(
         max_texts=args.max_texts,
         max_chars=args.max_chars,
@@ -70,3 +90,56 @@ def limits_from(args: argparse.Namespace) -> Limits:
         max_new_tokens=args.max_new_tokens,
         max_body_bytes=args.max_body_bytes,
     )
+
+
+def port(text: str) -> int:
+    """`--port`: a TCP port, 0 to 65535 (0: the system picks a free one)."""
+    value = _int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port: ports are 0 to 65535")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A count or size flag: a whole number of at least 1."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A time flag: a finite number of at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number of at least 0")
+    return value
+
+
+def beam_sizes(text: str) -> str:
+    """`--warm-beams`: comma-separated beam sizes, each at least 1 ("" for none); the
+    same list, written plainly ("1, 4" -> "1,4"). `limits_from` checks them against
+    `--max-beam`."""
+    return ",".join(str(size) for size in warm_beam_sizes(text))
+
+
+def warm_beam_sizes(text: str) -> tuple[int, ...]:
+    """The beam sizes of a `--warm-beams` value."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not all(part.isdecimal() and int(part) >= 1 for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of beam sizes: whole numbers of at least 1, "
+            "comma-separated (such as 1,4)"
+        )
+    return tuple(int(part) for part in parts)
+
+
+def _int(text: str) -> int:
+    """`text` as an int; an argparse error naming it if it is not a whole number."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None

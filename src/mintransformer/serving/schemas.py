@@ -1,7 +1,8 @@
 """The JSON bodies of the API, as pydantic models (they also write the OpenAPI page).
 
-Requests are strict: unknown fields, and values of the wrong type ("3" for 3, 1.5
-for an int), are refused with 422 rather than coerced. The per-request limits
+Requests are strict: unknown fields, values of the wrong type ("3" for 3, 1.5
+for an int), and numbers that are not finite (NaN, Infinity) are refused with 422
+rather than coerced. The per-request limits
 (`limits.Limits`) are server flags, so they are checked in the endpoints, not here.
 """
 
@@ -11,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # NaN and infinity (which Python's JSON reads) are refused as not finite, by name.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class TranslateRequest(_Request):
@@ -80,7 +82,12 @@ class ClassifyResponse(BaseModel):
 
 class GenerateRequest(_Request):
     prompt: str = Field("", description="Text to continue (at most --max-chars).")
-    max_new_tokens: int = Field(50, ge=1, description="At most --max-new-tokens.")
+    max_new_tokens: int = Field(
+        50,
+        ge=1,
+        description="At most --max-new-tokens, and with the prompt's tokens at most the "
+        "model's context.",
+    )
     temperature: float = Field(0.8, ge=0.0, le=100.0, description="0: greedy.")
     top_k: int | None = Field(40, ge=1, description="Sample among the k most probable.")
     top_p: float | None = Field(0.95, gt=0.0, le=1.0, description="Nucleus probability mass.")

@@ -14,13 +14,14 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mintransformer.data.token_stream import decode_text
+from mintransformer.inference.translator import SourceTooLongError
 from mintransformer.serving.batching import Batcher
 from mintransformer.serving.buckets import Buckets
 from mintransformer.serving.limits import Limits, RequestError
@@ -168,9 +169,7 @@ class TranslationService(Service):
         for i in set(range(len(texts))) - set(todo):  # empty in, empty out
             results[i] = {"translation": "", "n_best": [{"translation": "", "score": None}]}
         if todo:
-            sources = await asyncio.to_thread(
-                self.translator.encode_sources, [texts[i] for i in todo]
-            )
+            sources = await asyncio.to_thread(self.encode, [texts[i] for i in todo], todo)
             decoded = await _batched(self.batcher, sources, (beam_size, float(alpha), n_best))
             for i, hypotheses in zip(todo, decoded, strict=True):
                 results[i] = {
@@ -183,6 +182,19 @@ class TranslationService(Service):
                     self.attention, texts[i], result["translation"]
                 )
         return results
+
+    def encode(self, texts: list[str], indices: list[int]) -> list[list[int]]:
+        """The source ids of `texts` (`texts[k]` of the request is its `indices[k]`); a 422
+        naming the first that the model cannot read whole, rather than a translation of
+        its truncated start."""
+        try:
+            return self.translator.encode_sources(texts, truncate=False)
+        except SourceTooLongError as err:
+            raise RequestError(
+                422,
+                f"`texts[{indices[err.index]}]` is {err.tokens} subword tokens; this model "
+                f"reads at most {err.limit}: split it into sentences.",
+            ) from None
 
     def attention(self, text: str, translation: str) -> dict:
         """Every attention map of `text` and its `translation`, as `viz.attention_maps`."""
@@ -268,39 +280,70 @@ class GenerationService(Service):
         return time.perf_counter() - began
 
     def check(self, prompt: str, max_new_tokens: int) -> None:
+        """413 or 422 for a request that cannot be generated whole: a prompt over
+        `--max-chars`, or a prompt and `max_new_tokens` that do not fit the context."""
         self.limits.check_chars(prompt, "prompt")
-        self.limits.check_new_tokens(max_new_tokens, self.generator.max_length)
+        self.limits.check_new_tokens(
+            max_new_tokens, self.generator.prompt_tokens(prompt), self.generator.max_length
+        )
 
     async def generate(self, prompt: str, **options) -> AsyncIterator[dict]:
-        """Yields `{"token": text}` per generated token, then `{"done": True, "text": ...}`."""
+        """Yields `{"token": text}` per generated token, then `{"done": True, "text": ...}`.
+
+        Closing the iterator early (a client that went away) stops the generation at its
+        next token, or before it starts, so the requests after it need not wait for it.
+        """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         tokenizer = self.generator.tokenizer
+        abandoned = threading.Event()
 
         def on_token(row: int, token_id: int) -> None:
+            if abandoned.is_set():
+                raise _AbandonedError
             loop.call_soon_threadsafe(queue.put_nowait, token_id)
 
-        def run() -> str:
-            with self._lock:
-                return self.generator.generate([prompt], on_token=on_token, **options)[0]
-
-        task = loop.run_in_executor(None, run)
+        task = loop.run_in_executor(None, self._run, prompt, on_token, abandoned, options)
         ids: list[int] = []
         shown = ""
-        while not (task.done() and queue.empty()):
-            getter = asyncio.ensure_future(queue.get())
-            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-            if not getter.done():
+        getter: asyncio.Future | None = None
+        try:
+            while not (task.done() and queue.empty()):
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                token_id = getter.result()
+                ids.append(token_id)
+                # Decoding the whole prefix keeps subword spacing right; the new part is
+                # sent. The leading </s> stands for the prompt's start, which
+                # `decode_text` drops.
+                text = decode_text(tokenizer, [tokenizer.end_id, *ids])
+                yield {"token": text[len(shown) :], "id": token_id}
+                shown = text
+            yield {"done": True, "text": await task}
+        finally:  # also on GeneratorExit and cancellation: the client is gone
+            abandoned.set()
+            if getter is not None:
                 getter.cancel()
-                continue
-            token_id = getter.result()
-            ids.append(token_id)
-            # Decoding the whole prefix keeps subword spacing right; the new part is sent.
-            # The leading </s> stands for the prompt's start, which `decode_text` drops.
-            text = decode_text(tokenizer, [tokenizer.end_id, *ids])
-            yield {"token": text[len(shown) :], "id": token_id}
-            shown = text
-        yield {"done": True, "text": await task}
+
+    def _run(
+        self, prompt: str, on_token: Callable, abandoned: threading.Event, options: dict
+    ) -> str | None:
+        """Generates from `prompt`, one request at a time; None once `abandoned` is set
+        (checked before it starts, and by `on_token` at every token)."""
+        with self._lock:
+            if abandoned.is_set():
+                return None
+            try:
+                return self.generator.generate([prompt], on_token=on_token, **options)[0]
+            except _AbandonedError:
+                return None
+
+
+class _AbandonedError(Exception):
+    """Raised by a generate request's `on_token` once its client has gone away."""
 
 
 async def _batched(batcher: Batcher, items: list, key) -> list:
