@@ -94,11 +94,46 @@ def test_warm_beams_are_checked_against_max_beam_before_the_model_loads():
         return build_parser().parse_args(["serve", "--run", "runs/x", *flags])
 
     args = parse("--warm-beams", " 1, 4,", "--port", "0", "--shutdown-timeout", "0")
-    assert (args.warm_beams, args.port, args.shutdown_timeout) == ("1,4", 0, 0.0)
+    assert (args.warm_beams, args.port, args.shutdown_timeout) == ((1, 4), 0, 0.0)
     assert limits_from(args).max_beam == 16
-    assert parse("--warm-beams", "").warm_beams == ""
+    assert parse("--warm-beams", "").warm_beams == ()
+    assert parse().warm_beams == (1, 4)
     with pytest.raises(ValueError, match="--warm-beams 1,32: beam size 32 is over --max-beam 16"):
         limits_from(parse("--warm-beams", "1,32"))
+
+
+def test_a_port_in_use_or_a_bad_host_is_refused_before_the_model_loads(tmp_path, capsys):
+    import socket
+
+    from mintransformer.cli import main
+
+    missing_run = tmp_path / "no-run"  # loading it would fail: the address is checked first
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--run", str(missing_run), "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert main(["serve", "--run", str(missing_run), "--host", "999.1.1.1"]) == 2
+    assert "--host 999.1.1.1: no such address" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_the_warm_up_stops_the_server_at_once(trained_run, tmp_path):
+    # Every beam size up to 8: a warm-up of many compiles, interrupted early.
+    warm = ",".join(str(size) for size in range(1, 9))
+    server = ServerProcess(trained_run.path, "--warm-beams", warm, log_path=tmp_path / "log")
+    try:
+        deadline = time.monotonic() + 120
+        while "warming up" not in server.output() and time.monotonic() < deadline:
+            assert server.process.poll() is None, server.output()
+            time.sleep(0.2)
+        server.process.send_signal(signal.SIGINT)
+        began = time.monotonic()
+        code = server.process.wait(timeout=60)
+        assert time.monotonic() - began < 20, server.output()
+        assert code == 130 and "warmed up" not in server.output(), server.output()
+    finally:
+        server.stop()
 
 
 CLIENTS = 32

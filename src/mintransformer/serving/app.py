@@ -9,10 +9,12 @@ in flight, refuse new connections, and exit 0.
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import json
 import logging
 import signal
+import socket
 from importlib import resources
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from mintransformer.serving.services import Service
 
 log = logging.getLogger("mintransformer.serving")
 STATIC = Path(str(resources.files("mintransformer.serving") / "static"))
-PROBLEMS = {status: {"model": schemas.Problem} for status in (400, 404, 413, 422)}
+PROBLEMS = {status: {"model": schemas.Problem} for status in (400, 404, 413, 415, 422)}
 
 
 def create_app(
@@ -39,6 +41,7 @@ def create_app(
     cors_origins: tuple[str, ...] = (),
     loopback_only: bool = True,
     warm_beams: tuple[int, ...] = (1,),
+    started: bool = False,
 ) -> FastAPI:
     """The FastAPI app serving `service`: API under /api, the page at /.
 
@@ -47,12 +50,14 @@ def create_app(
         cors_origins: origins allowed to call cross-origin (none by default).
         loopback_only: refuse Host headers that are not a loopback address.
         warm_beams: beam sizes compiled at start-up (translation).
+        started: the service is already started (`start_service`); else the app's
+            start-up starts it.
     """
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        seconds = service.start(warm_beams) if service.task == "translation" else service.start()
-        log.info("warmed up in %.1f s (%s)", seconds, _warm_summary(service, warm_beams))
+        if not started:
+            start_service(service, warm_beams)
         yield
         service.stop()
         log.info("stopped")
@@ -148,6 +153,44 @@ def create_app(
     return app
 
 
+def start_service(service: Service, warm_beams: tuple[int, ...]) -> None:
+    """Compiles what requests will run (`warm_beams` for translation) and starts the
+    service's background work, logging how long it took."""
+    log.info("warming up (%s)", _warm_summary(service, warm_beams))
+    seconds = service.start(warm_beams) if service.task == "translation" else service.start()
+    log.info("warmed up in %.1f s", seconds)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host:port`, for uvicorn to listen on.
+
+    Bound before the model loads, so that a port in use or a host that is not this
+    machine's is said at once, not after minutes of warming up.
+
+    Raises:
+        ValueError: naming the flag and why the address cannot be used.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as err:
+        raise ValueError(f"--host {host}: no such address ({err.strerror})") from None
+    listener = socket.socket(family, kind, proto)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(address)
+    except OSError as err:
+        listener.close()
+        hint = ": another program listens there; choose another --port"
+        in_use = err.errno == errno.EADDRINUSE
+        raise ValueError(
+            f"cannot listen on {host}:{port}: {err.strerror}" + (hint if in_use else "")
+        ) from None
+    listener.set_inheritable(True)
+    return listener
+
+
 def _warm_summary(service: Service, warm_beams: tuple[int, ...]) -> str:
     if service.task != "translation":
         return service.task
@@ -228,7 +271,12 @@ def is_loopback(host: str) -> bool:
 
 
 def serve(args) -> None:
-    """`mintransformer serve`: loads `args.run`, warms it up, serves until SIGTERM."""
+    """`mintransformer serve`: loads `args.run`, warms it up, serves until SIGTERM.
+
+    The address is bound first and the model warmed up before uvicorn starts, so a
+    taken port is an error at once, and Ctrl-C or SIGTERM during the warm-up stop the
+    process at once (uvicorn would only see them after its start-up).
+    """
     import uvicorn
 
     from mintransformer.serving.options import limits_from
@@ -236,10 +284,11 @@ def serve(args) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     limits: Limits = limits_from(args)
-    warm_beams = tuple(int(b) for b in str(args.warm_beams).split(",") if b.strip())
+    listener = listening_socket(args.host, args.port)
     service = load_service(args.run, args.engine, limits, args.max_batch_size, args.max_wait_ms)
     loopback = is_loopback(args.host)
-    app = create_app(service, tuple(args.cors), loopback, warm_beams)
+    app = create_app(service, tuple(args.cors), loopback, args.warm_beams, started=True)
+    start_service(service, args.warm_beams)
     if loopback:
         log.info(
             "listening on %s only: this machine can connect, others cannot "
@@ -260,4 +309,4 @@ def serve(args) -> None:
     # with these handlers that ends `serve` normally, so the process exits 0.
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop_signal, lambda number, frame: None)
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=[listener])

@@ -47,7 +47,7 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     )
     batching.add_argument(
         "--warm-beams",
-        type=beam_sizes,
+        type=warm_beam_sizes,
         default="1,4",
         help="beam sizes compiled for every bucket at start-up (comma-separated; 1 = greedy; "
         '"": none), each at most --max-beam',
@@ -77,10 +77,11 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
 def limits_from(args: argparse.Namespace) -> Limits:
     """The `Limits` the parsed flags set; a ValueError (one line on the command line,
     before the model loads) for `--warm-beams` sizes over `--max-beam`."""
-    too_large = [size for size in warm_beam_sizes(args.warm_beams) if size > args.max_beam]
+    too_large = [size for size in args.warm_beams if size > args.max_beam]
     if too_large:
+        sizes = ",".join(map(str, args.warm_beams))
         raise ValueError(
-            f"--warm-beams {args.warm_beams}: beam size {too_large[0]} is over --max-beam "
+            f"--warm-beams {sizes}: beam size {too_large[0]} is over --max-beam "
             f"{args.max_beam}, so no request could use it; lower it or raise --max-beam."
         )
     return Limits(
@@ -119,15 +120,9 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def beam_sizes(text: str) -> str:
-    """`--warm-beams`: comma-separated beam sizes, each at least 1 ("" for none); the
-    same list, written plainly ("1, 4" -> "1,4"). `limits_from` checks them against
-    `--max-beam`."""
-    return ",".join(str(size) for size in warm_beam_sizes(text))
-
-
 def warm_beam_sizes(text: str) -> tuple[int, ...]:
-    """The beam sizes of a `--warm-beams` value."""
+    """`--warm-beams`: comma-separated beam sizes, each at least 1 ("" for none).
+    `limits_from` checks them against `--max-beam`."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not all(part.isdecimal() and int(part) >= 1 for part in parts):
         raise argparse.ArgumentTypeError(
