@@ -69,6 +69,14 @@ def test_misaligned_files_are_refused(tmp_path, translator):
         score(["a"], ["a", "b"])
 
 
+def test_empty_files_are_refused_before_scoring(tmp_path, translator):
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match="empty.txt holds no sentence: nothing to evaluate"):
+        translator.evaluate(tmp_path / "empty.txt", tmp_path / "empty.txt")
+    with pytest.raises(ValueError, match="no sentence to score"):
+        score([], [])
+
+
 def test_score_agrees_with_sacrebleu_on_known_text():
     perfect = score(["le chat est sur le tapis ."], ["le chat est sur le tapis ."])
     assert perfect.bleu == pytest.approx(100.0)

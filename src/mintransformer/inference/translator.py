@@ -47,6 +47,8 @@ def score(hypotheses: Sequence[str], references: Sequence[str | Sequence[str]]) 
         raise ValueError(
             f"{len(hypotheses)} hypotheses but {len(references)} references: counts must match."
         )
+    if not hypotheses:
+        raise ValueError("no sentence to score: the hypotheses and references are empty")
     options = [[r] if isinstance(r, str) else list(r) for r in references]
     count = max(len(o) for o in options) if options else 1
     streams = [[o[i] if i < len(o) else None for o in options] for i in range(count)]
@@ -259,6 +261,8 @@ class Translator:
     ) -> Scores:
         """Translates `source_file`, writes the hypotheses, scores them against references."""
         sources, references = read_lines(source_file), read_lines(reference_file)
+        if not sources:
+            raise ValueError(f"{source_file} holds no sentence: nothing to evaluate")
         if len(sources) != len(references):
             raise ValueError(
                 f"{source_file} has {len(sources)} lines but {reference_file} has "
