@@ -1,10 +1,15 @@
 """The command line: arguments to library calls, clear errors, nothing lost."""
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from mintransformer import cli
+from tests.conftest import file_contents
 
 
 def run_cli(capsys, *argv):
@@ -163,3 +168,178 @@ def test_importing_the_package_does_not_start_keras():
     code = "import sys, mintransformer, mintransformer.cli; print('keras' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def new_run(path, config=None, *extra_files: str):
+    """A run directory holding `config` (default: a translation config) and `extra_files`."""
+    from mintransformer.config import TranslationConfig
+    from mintransformer.runs.directory import RunDirectory
+
+    run = RunDirectory.create(path, config or TranslationConfig())
+    for name in extra_files:
+        (run.path / name).parent.mkdir(exist_ok=True)
+        (run.path / name).write_bytes(b"weights")
+    return run
+
+
+def demo_run_config(num_train: int = 30_000):
+    from mintransformer.config import make_config
+    from mintransformer.data.corpora import numbers_spec
+
+    return make_config("translation", "numbers", data=numbers_spec(num_train=num_train))
+
+
+@pytest.fixture
+def demo_trainings(monkeypatch):
+    """The `loop.train` calls of the demo, each writing only the run's config."""
+    from mintransformer.runs.directory import RunDirectory
+    from mintransformer.training import demo
+
+    calls = []
+
+    def write_config(task, path, config, overwrite, verbose):
+        calls.append((Path(path), overwrite))
+        RunDirectory.create(path, config, overwrite=overwrite)
+
+    monkeypatch.setattr(demo.loop, "train", write_config)
+    return calls
+
+
+def test_demo_twice_in_its_default_folder_replaces_its_own_run(
+    capsys, monkeypatch, tmp_path, demo_trainings
+):
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert run_cli(capsys, "demo", "--verbose", "0")[0] == 0
+    assert [path for path, _ in demo_trainings] == [Path("runs/numbers")] * 2
+    (tmp_path / "empty").mkdir()
+    new_run(tmp_path / "other-size", demo_run_config(num_train=500))
+    for folder in ("empty", "other-size"):
+        assert run_cli(capsys, "demo", "--run", folder, "--verbose", "0")[0] == 0
+
+
+def test_demo_refuses_any_other_run_and_keeps_it(capsys, tmp_path, demo_trainings):
+    from mintransformer.config import ClassificationConfig, make_config
+
+    tuned = demo_run_config()
+    tuned.epochs += 1
+    runs = {
+        "classification": new_run(tmp_path / "c", ClassificationConfig(labels=["a", "b"])),
+        "tuned": new_run(tmp_path / "t", tuned, "checkpoints/epoch-0001.npz"),
+        "base": new_run(tmp_path / "b", make_config("translation"), "model.npz"),
+    }
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep me")
+    for folder in [run.path for run in runs.values()] + [tmp_path / "notes"]:
+        before = file_contents(folder)
+        code, _, err = run_cli(capsys, "demo", "--run", str(folder))
+        assert code == 2 and str(folder) in err and "--overwrite" in err, err
+        assert file_contents(folder) == before
+    code, _, err = run_cli(capsys, "demo", "--run", str(runs["classification"].path))
+    assert "holds a classification run" in err
+    assert demo_trainings == []
+    assert run_cli(capsys, "demo", "--run", str(runs["base"].path), "--overwrite")[0] == 0
+    assert demo_trainings == [(runs["base"].path, True)]
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        ("--epochs -3", "`--epochs` must be a positive integer, got -3"),
+        ("--epochs 0", "`--epochs`"),
+        ("--layers 0", "`--num-layers` (`--layers`)"),
+        ("--d-model 0", "`--d-model`"),
+        ("--heads 3", "divisible by `--num-heads`"),
+        ("--dropout 1.5", "`--dropout-rate` (`--dropout`) must be a number in [0, 1)"),
+        ("--label-smoothing 2", "`--label-smoothing`"),
+        ("--lr nan", "`--peak-learning-rate` (`--lr`) must be a positive finite number"),
+        ("--lr -1", "`--peak-learning-rate` (`--lr`)"),
+        ("--max-tokens 0", "`--max-tokens`"),
+        ("--warmup -5", "`--warmup-steps` (`--warmup`)"),
+        ("--max-length 0", "`--max-length`"),
+        ("--vocab-size 0", "`--vocab-size`"),
+        ("--vocab-size 3", "`--vocab-size` must be at least 5"),
+        ("--average-last -1", "`--average-last`"),
+        ("--beam 0", "`--beam` must be a positive integer, got 0"),
+        ("--report -4", "`--report`"),
+        ("--verbose -3", "`--verbose`"),
+        ("--num-train 0", "`--num-train`"),
+    ],
+)
+def test_a_bad_training_flag_is_named_before_a_run_is_written(capsys, tmp_path, flags, named):
+    run = tmp_path / "run"
+    code, _, err = run_cli(capsys, "train", "translation", "--run", str(run), *flags.split())
+    assert code == 2 and named in err and err.count("\n") == 1, err
+    assert not run.exists()
+
+
+def test_bad_decoding_flags_are_refused_before_the_run_is_read(capsys, tmp_path):
+    for command in ("translate", "evaluate"):
+        for alpha in ("nan", "inf"):
+            args = [command, "--run", str(tmp_path / "nope"), "--alpha", alpha]
+            code, _, err = run_cli(capsys, *args)
+            assert code == 2 and "`--alpha` must be a finite number" in err, err
+    code, _, err = run_cli(capsys, "demo", "--run", str(tmp_path / "d"), "--beam", "0")
+    assert code == 2 and "`--beam`" in err and not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    "command, setting, value, named",
+    [
+        (["train", "translation", "--resume"], "epochs", "5", "`epochs` must be a positive"),
+        (["train", "translation", "--resume"], "data", None, "`data` must be a dict"),
+        (["train", "translation", "--resume"], "tie_embeddings", "no", "true or false"),
+        (["evaluate", "--split", "test"], "task", ["x"], "unknown task ['x']"),
+    ],
+)
+def test_a_hand_edited_config_is_a_one_line_error_that_changes_nothing(
+    capsys, tmp_path, command, setting, value, named
+):
+    run = new_run(tmp_path / "run", None, "tokenizer.json", "model.npz")
+    edited = json.loads(run.config_path.read_text())
+    edited[setting] = value
+    run.config_path.write_text(json.dumps(edited))
+    before = file_contents(run.path)
+    code, _, err = run_cli(capsys, *command, "--run", str(run.path))
+    assert code == 2 and "config.json" in err and named in err, err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    after = file_contents(run.path)
+    after.pop(".lock", None)
+    assert after == before
+
+
+def test_resume_refuses_the_flags_it_would_ignore(capsys, tmp_path):
+    run = new_run(tmp_path / "run")
+    before = file_contents(run.path)
+    args = ["train", "translation", "--run", str(run.path), "--resume"]
+    ignored = ["--epochs", "3", "--lr", "5", "--minutes", "2", "--train", "c", "--no-bf16"]
+    code, _, err = run_cli(capsys, *args, *ignored)
+    assert code == 2 and "would be ignored: --epochs, --peak-learning-rate, --minutes" in err
+    assert "--bf16" in err and "--train" in err, err
+    code, _, err = run_cli(capsys, "train", "lm", "--run", str(run.path), "--resume", "--text", "t")
+    assert code == 2 and "would be ignored: --text" in err
+    assert file_contents(run.path) == before
+    used = ["--verbose", "0", "--report", "5", "--beam", "2", "--alpha", "0.8"]
+    missing = ["train", "translation", "--run", str(tmp_path / "none"), "--resume"]
+    code, _, err = run_cli(capsys, *missing, *used)
+    assert code == 2 and "nothing to resume" in err, err
+
+
+def interrupt(args):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("command", ["train_translation_command", "stream_command"])
+def test_ctrl_c_is_one_line_and_exit_status_130(capsys, monkeypatch, tmp_path, command):
+    monkeypatch.setattr(cli, command, interrupt)
+    run = tmp_path / "run"
+    argv = ["train", "translation"] if command.startswith("train") else ["translate", "five"]
+    code, _, err = run_cli(capsys, *argv, "--run", str(run))
+    assert (code, err) == (130, "interrupted\n")
+    new_run(run)
+    code, _, err = run_cli(capsys, *argv, "--run", str(run))
+    if command.startswith("train"):
+        resume = f"mintransformer train translation --run {run} --resume"
+        assert (code, err) == (130, f"interrupted; continue with `{resume}`\n")
+    else:
+        assert (code, err) == (130, "interrupted\n")

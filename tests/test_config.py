@@ -10,12 +10,14 @@ from mintransformer import cli
 from mintransformer.config import (
     CONFIG_CLASSES,
     PRESETS,
+    SETTING_CHECKS,
     ClassificationConfig,
     LanguageModelConfig,
     TranslationConfig,
     config_from_json,
     flag_fields,
     flag_overrides,
+    in_flag_terms,
     make_config,
 )
 
@@ -114,3 +116,80 @@ def test_a_config_saved_before_a_setting_existed_keeps_the_behaviour_it_was_trai
     loaded = TranslationConfig.from_json(json.dumps(older))
     assert (loaded.share_embeddings, loaded.embedding_init) == (False, "uniform")
     assert loaded.attention_dropout_rate is None and loaded.norm_first is True
+
+
+def test_every_setting_of_every_config_is_checked():
+    for config_class in CONFIG_CLASSES.values():
+        for setting in dataclasses.fields(config_class):
+            assert setting.name in SETTING_CHECKS or setting.metadata.get("choices"), setting.name
+
+
+@pytest.mark.parametrize(
+    "settings, named",
+    [
+        (dict(num_layers=0), "`num_layers` must be a positive integer"),
+        (dict(d_model=-1), "`d_model`"),
+        (dict(num_heads=3), "divisible by `num_heads`"),
+        (dict(dff=2.5), "`dff`"),
+        (dict(dropout_rate=1.0), "`dropout_rate` must be a number in [0, 1)"),
+        (dict(attention_dropout_rate=-0.1), "`attention_dropout_rate`"),
+        (dict(label_smoothing=float("nan")), "`label_smoothing`"),
+        (dict(tie_embeddings="no"), "`tie_embeddings` must be true or false, got 'no'"),
+        (dict(norm_first=1), "`norm_first`"),
+        (dict(mixed_precision="yes"), "`mixed_precision`"),
+        (dict(data=None), "`data` must be a dict, got None"),
+        (dict(vocab_size=4), "`vocab_size` must be at least 5"),
+        (dict(epochs="5"), "`epochs` must be a positive integer, got '5'"),
+        (dict(epochs=True), "`epochs`"),
+        (dict(max_tokens=0), "`max_tokens`"),
+        (dict(warmup_steps=0), "`warmup_steps`"),
+        (dict(peak_learning_rate=float("inf")), "`peak_learning_rate` must be a positive finite"),
+        (dict(peak_learning_rate=0), "`peak_learning_rate`"),
+        (dict(average_last=0), "`average_last`"),
+        (dict(seed=-1), "`seed`"),
+        (dict(max_length=0), "`max_length`"),
+        (dict(layer_norm_epsilon=0.0), "`layer_norm_epsilon`"),
+        (dict(embedding_init="xavier"), "`embedding_init` must be one of"),
+    ],
+)
+def test_a_bad_translation_setting_is_refused_by_name(settings, named):
+    with pytest.raises(ValueError) as raised:
+        TranslationConfig(**settings)
+    assert named in str(raised.value)
+
+
+def test_bad_settings_of_the_other_tasks_are_refused_by_name():
+    for settings, named in [
+        (dict(key_dim=0), "`key_dim`"),
+        (dict(hidden_units=-1), "`hidden_units`"),
+        (dict(ngram_dropout=1), "`ngram_dropout`"),
+        (dict(labels="neg,pos"), "`labels` must be a list"),
+        (dict(lowercase="no"), "`lowercase`"),
+        (dict(max_batch_size=0), "`max_batch_size`"),
+    ]:
+        with pytest.raises(ValueError, match=named):
+            ClassificationConfig(**settings)
+    assert ClassificationConfig(num_heads=3, key_dim=16).num_heads == 3  # no need to divide
+    for settings, named in [(dict(val_fraction=1), "`val_fraction`"), (dict(text=None), "`text`")]:
+        with pytest.raises(ValueError, match=named):
+            LanguageModelConfig(**settings)
+
+
+def test_a_bad_setting_in_a_saved_config_names_the_file():
+    for setting, value in [("epochs", "5"), ("data", None), ("tie_embeddings", "no")]:
+        saved = json.loads(TranslationConfig().to_json())
+        saved[setting] = value
+        with pytest.raises(ValueError, match=f"^runs/x/config.json: `{setting}`"):
+            config_from_json(json.dumps(saved), "runs/x/config.json")
+    for task in (["x"], None, 3):
+        with pytest.raises(ValueError, match="unknown task"):
+            config_from_json(json.dumps({"task": task}))
+
+
+def test_errors_name_a_setting_by_its_flags():
+    message = "`d_model` (256) must be divisible by `num_heads` (3); `attention_dropout_rate`"
+    assert in_flag_terms(message, TranslationConfig) == (
+        "`--d-model` (256) must be divisible by `--num-heads` (`--heads`) (3); "
+        "`--attention-dropout-rate`"
+    )
+    assert in_flag_terms("`text` is not a flag", LanguageModelConfig) == "`text` is not a flag"

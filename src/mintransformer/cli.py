@@ -15,17 +15,63 @@ import warnings
 from pathlib import Path
 
 from mintransformer.backend.selection import BACKENDS
+from mintransformer.core import checks
+
+# The flags a resumed run uses; any other given with --resume would be ignored.
+RESUME_FLAGS = frozenset(
+    ("run", "resume", "backend", "verbose", "report", "beam", "alpha")
+    + ("distribute", "devices", "coordinator", "num_processes", "process_id")
+)
+# Flags checked before a command starts (the config's settings are checked by the config).
+FLAG_CHECKS = {
+    "verbose": checks.non_negative_int,
+    "report": checks.non_negative_int,
+    "beam": checks.positive_int,
+    "alpha": checks.finite_number,
+    "num_train": checks.positive_int,
+}
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuses a bad value of a flag in `FLAG_CHECKS` (ValueError naming the flag)."""
+    for name, check in FLAG_CHECKS.items():
+        if hasattr(args, name):
+            check(getattr(args, name), f"--{name.replace('_', '-')}")
+
+
+def flags_given(args: argparse.Namespace) -> dict[str, str]:
+    """`{dest: flag}` of the options on the command line that differ from their defaults."""
+    return {
+        action.dest: action.option_strings[0]
+        for action in args.command_parser._actions
+        if action.option_strings and getattr(args, action.dest, action.default) != action.default
+    }
+
+
+def resuming(args: argparse.Namespace) -> bool:
+    """Whether to continue the run in --run; refuses flags that resuming would ignore."""
+    if not args.resume:
+        return False
+    ignored = [flag for dest, flag in flags_given(args).items() if dest not in RESUME_FLAGS]
+    if ignored:
+        raise ValueError(
+            "--resume continues the run with its own config.json; these flags would be "
+            f"ignored: {', '.join(ignored)}"
+        )
+    return True
 
 
 def new_config(args: argparse.Namespace, task: str, **settings):
-    """The preset's config with the flags' settings and `settings`; None when resuming
-    (the run's own config is used)."""
-    from mintransformer.config import CONFIG_CLASSES, flag_overrides, make_config
+    """The preset's config with the flags' settings and `settings`; a bad setting's
+    ValueError names its flag."""
+    from mintransformer.config import CONFIG_CLASSES, flag_overrides, in_flag_terms, make_config
 
-    if args.resume:
-        return None
-    overrides = flag_overrides(args, CONFIG_CLASSES[task])
-    return make_config(task, args.preset, **{**overrides, **settings})
+    config_class = CONFIG_CLASSES[task]
+    overrides = flag_overrides(args, config_class)
+    try:
+        return make_config(task, args.preset, **{**overrides, **settings})
+    except ValueError as err:
+        raise ValueError(in_flag_terms(str(err), config_class)) from None
 
 
 def training_options(args: argparse.Namespace) -> dict:
@@ -44,45 +90,67 @@ def training_options(args: argparse.Namespace) -> dict:
 def demo_command(args) -> None:
     from mintransformer.training.demo import run_demo
 
-    run_demo(args.run, args.num_train, args.report, args.beam, args.alpha, args.verbose)
+    run_demo(
+        args.run,
+        args.num_train,
+        args.report,
+        args.beam,
+        args.alpha,
+        args.verbose,
+        overwrite=args.overwrite,
+    )
+
+
+def translation_config(args):
+    """A new translation run's config: the corpus the data flags name, and the settings."""
+    from mintransformer.data.corpora import corpus_spec
+
+    data = corpus_spec(
+        **{k: getattr(args, k) for k in ("train", "val", "test", "src", "tgt", "tsv")},
+        val_fraction=args.val_fraction,
+        test_fraction=args.test_fraction,
+        seed=args.seed or 0,
+        num_train=args.num_train,
+    )
+    return new_config(args, "translation", data=data, mixed_precision=args.bf16)
 
 
 def train_translation_command(args) -> None:
-    from mintransformer.data.corpora import corpus_spec
     from mintransformer.training import translation
 
-    config = None
-    if not args.resume:
-        data = corpus_spec(
-            **{k: getattr(args, k) for k in ("train", "val", "test", "src", "tgt", "tsv")},
-            val_fraction=args.val_fraction,
-            test_fraction=args.test_fraction,
-            seed=args.seed or 0,
-            num_train=args.num_train,
-        )
-        config = new_config(args, "translation", data=data, mixed_precision=args.bf16)
+    config = None if resuming(args) else translation_config(args)
     options = training_options(args)
     translation.train(args.run, config, report=args.report, beam_size=args.beam, **options)
 
 
-def train_classification_command(args) -> None:
+def classification_config(args):
+    """A new classification run's config: the labelled files the flags name, and the settings."""
     from mintransformer.data.labelled import data_spec
+
+    if args.train is None:
+        raise ValueError("--train is required: a labelled .jsonl/.csv file or class folders")
+    data = data_spec(args.train, args.val, args.test, args.val_fraction)
+    return new_config(args, "classification", data=data, mixed_precision=args.bf16)
+
+
+def train_classification_command(args) -> None:
     from mintransformer.training import classification
 
-    if not args.resume and args.train is None:
-        raise ValueError("--train is required: a labelled .jsonl/.csv file or class folders")
-    data = None if args.resume else data_spec(args.train, args.val, args.test, args.val_fraction)
-    config = new_config(args, "classification", data=data, mixed_precision=args.bf16)
+    config = None if resuming(args) else classification_config(args)
     classification.train(args.run, config, **training_options(args))
+
+
+def language_model_config(args):
+    """A new language-model run's config: the --text file, and the settings."""
+    if args.text is None:
+        raise ValueError("--text FILE is required: the text file to train on")
+    return new_config(args, "language_model", text=str(args.text.resolve()))
 
 
 def train_lm_command(args) -> None:
     from mintransformer.training import language_model
 
-    if not args.resume and args.text is None:
-        raise ValueError("--text FILE is required: the text file to train on")
-    text = None if args.resume else str(args.text.resolve())
-    config = new_config(args, "language_model", text=text)
+    config = None if resuming(args) else language_model_config(args)
     language_model.train(args.run, config, **training_options(args))
 
 
@@ -255,11 +323,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(group, name: str, help: str, run_command):
         sub = group.add_parser(name, help=help, parents=[common])
-        sub.set_defaults(run_command=run_command)
+        sub.set_defaults(run_command=run_command, command_parser=sub)
         return sub
 
     demo = add(commands, "demo", "train on built-in EN->FR numbers, translate", demo_command)
-    demo.add_argument("--run", type=Path, default=Path("runs/numbers"))
+    demo.add_argument(
+        "--run",
+        type=Path,
+        default=Path("runs/numbers"),
+        help="run directory (default: runs/numbers); it may be missing, empty or hold an "
+        "earlier demo run, which is replaced",
+    )
+    demo.add_argument("--overwrite", action="store_true", help="replace whatever run --run holds")
     demo.add_argument("--num-train", type=int, default=30_000)
     demo.add_argument("--report", type=int, default=200, help="held-out numbers per magnitude")
     add_decoding_flags(demo)
@@ -380,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.formatwarning = _format_warning
     args = build_parser().parse_args(argv)
     try:
+        check_flags(args)
         if getattr(args, "distribute", None):
             request_host_devices(args.devices)
         if getattr(args, "engine", "keras") == "keras":
@@ -388,7 +464,20 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(interrupted_message(args), file=sys.stderr)
+        return 130
     return 0
+
+
+def interrupted_message(args: argparse.Namespace) -> str:
+    """What to print after Ctrl-C: for a training run that has begun, how to continue it."""
+    from mintransformer.runs.directory import RunDirectory
+
+    if args.command != "train" or not RunDirectory(args.run).config_path.is_file():
+        return "interrupted"
+    command = f"mintransformer train {args.task} --run {args.run} --resume"
+    return f"interrupted; continue with `{command}`"
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -44,13 +45,79 @@ def setting(default: Any, help: str | None = None, choices: tuple | None = None)
     return field(default=default, metadata=metadata)
 
 
+def vocabulary_size(value, name: str) -> int:
+    """Returns `value` if it is an int with room for the special tokens and one more."""
+    from mintransformer.data.tokenizer import Tokenizer
+
+    smallest = len(Tokenizer.SPECIAL_TOKENS) + 1
+    if checks.positive_int(value, name) < smallest:
+        raise ValueError(
+            f"`{name}` must be at least {smallest} (the {smallest - 1} special tokens and "
+            f"one more), got {value!r}."
+        )
+    return value
+
+
+# The check of each setting, by name (one name, one meaning, in every config); settings
+# with choices are checked against them instead.
+SETTING_CHECKS: dict[str, Callable[[Any, str], Any]] = {
+    # model
+    "num_layers": checks.positive_int,
+    "d_model": checks.positive_int,
+    "num_heads": checks.positive_int,
+    "dff": checks.positive_int,
+    "key_dim": checks.optional(checks.positive_int),
+    "dropout_rate": checks.dropout_rate,
+    "attention_dropout_rate": checks.optional(checks.dropout_rate),
+    "norm_first": checks.boolean,
+    "tie_embeddings": checks.boolean,
+    "share_embeddings": checks.boolean,
+    "hidden_units": checks.non_negative_int,
+    "ngram_buckets": checks.non_negative_int,
+    "ngram_dropout": checks.dropout_rate,
+    "max_length": checks.positive_int,
+    "activation": checks.of_type(str),
+    "layer_norm_epsilon": checks.positive_number,
+    "labels": checks.of_type(list),
+    # data and tokenizer
+    "data": checks.of_type(dict),
+    "text": checks.of_type(str),
+    "val_fraction": checks.fraction,
+    "vocab_size": vocabulary_size,
+    "lowercase": checks.boolean,
+    # training
+    "epochs": checks.positive_int,
+    "max_tokens": checks.positive_int,
+    "max_batch_size": checks.optional(checks.positive_int),
+    "warmup_steps": checks.positive_int,
+    "peak_learning_rate": checks.positive_number,
+    "label_smoothing": checks.dropout_rate,
+    "average_last": checks.positive_int,
+    "minutes": checks.non_negative_number,
+    "seed": checks.non_negative_int,
+    "mixed_precision": checks.optional(checks.boolean),
+}
+
+
 class _Config:
-    """JSON (de)serialisation shared by the run configs; `task` names the kind of run."""
+    """Checks and JSON (de)serialisation shared by the run configs; `task` names the kind
+    of run."""
 
     task: ClassVar[str]
     # Settings added after runs were first saved: a config file without one of them
     # was written before it existed, and gets the value that reproduces that run.
     before_setting_existed: ClassVar[dict[str, Any]] = {}
+
+    def __post_init__(self):
+        """Refuses a setting of the wrong type or out of range (ValueError naming it)."""
+        for setting in dataclasses.fields(self):
+            value = getattr(self, setting.name)
+            if setting.metadata.get("choices"):
+                checks.one_of(value, setting.metadata["choices"], setting.name)
+            else:
+                SETTING_CHECKS[setting.name](value, setting.name)
+        if getattr(self, "key_dim", None) is None:
+            checks.heads_divide(self.d_model, self.num_heads)
 
     def to_json(self) -> str:
         values = {"task": self.task, "format_version": FORMAT_VERSION, **dataclasses.asdict(self)}
@@ -150,11 +217,6 @@ class TranslationConfig(_Config):
     seed: int = setting(0, "random seed")
     mixed_precision: bool | None = setting(None)
 
-    def __post_init__(self):
-        checks.one_of(self.embedding_init, EMBEDDING_INITS, "embedding_init")
-        checks.one_of(self.schedule, SCHEDULES, "schedule")
-        checks.non_negative_number(self.minutes, "minutes")
-
 
 @dataclass
 class LanguageModelConfig(_Config):
@@ -184,9 +246,6 @@ class LanguageModelConfig(_Config):
     average_last: int = setting(1, "average the last N epoch checkpoints into the result")
     minutes: float = setting(0.0, "training time budget in minutes (0: none)")
     seed: int = setting(0, "random seed")
-
-    def __post_init__(self):
-        checks.non_negative_number(self.minutes, "minutes")
 
 
 @dataclass
@@ -227,12 +286,6 @@ class ClassificationConfig(_Config):
     minutes: float = setting(0.0, "training time budget in minutes (0: none)")
     seed: int = setting(0, "random seed")
     mixed_precision: bool | None = setting(None)
-
-    def __post_init__(self):
-        checks.non_negative_number(self.minutes, "minutes")
-        checks.one_of(self.schedule, SCHEDULES, "schedule")
-        checks.one_of(self.truncation, TRUNCATIONS, "truncation")
-        checks.one_of(self.pooling, POOLINGS, "pooling")
 
 
 RunConfig = TranslationConfig | LanguageModelConfig | ClassificationConfig
@@ -300,6 +353,21 @@ FLAG_ALIASES = {
 FLAG_TYPES = {"int": int, "float": float, "str": str, "int | None": int, "float | None": float}
 
 
+def flag_names(name: str) -> tuple[str, ...]:
+    """The command-line flags of the setting `name`: `--num-layers` and its aliases."""
+    return (f"--{name.replace('_', '-')}", *FLAG_ALIASES.get(name, ()))
+
+
+def in_flag_terms(message: str, config_class: type[RunConfig]) -> str:
+    """`message` with each setting of `config_class` that is a flag, written `name` as the
+    checks write it, named by its flags instead ("`--num-layers` (`--layers`)")."""
+    for setting in flag_fields(config_class):
+        flag, *aliases = flag_names(setting.name)
+        named = f"`{flag}`" + "".join(f" (`{alias}`)" for alias in aliases)
+        message = message.replace(f"`{setting.name}`", named)
+    return message
+
+
 def add_config_flags(parser: argparse.ArgumentParser, task: str) -> None:
     """`--preset` and one flag per setting of the task's config (`num_layers` -> `--num-layers`),
     each None unless given."""
@@ -307,7 +375,7 @@ def add_config_flags(parser: argparse.ArgumentParser, task: str) -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS[task]), default=default_preset)
     group = parser.add_argument_group("model and training (override the preset)")
     for setting in flag_fields(CONFIG_CLASSES[task]):
-        names = (f"--{setting.name.replace('_', '-')}", *FLAG_ALIASES.get(setting.name, ()))
+        names = flag_names(setting.name)
         options = dict(dest=setting.name, help=setting.metadata["help"], default=None)
         if setting.type == "bool":
             options["action"] = argparse.BooleanOptionalAction
@@ -326,7 +394,7 @@ def flag_overrides(args: argparse.Namespace, config_class: type[RunConfig]) -> d
 def config_from_json(text: str, source: str = "config") -> RunConfig:
     """The config of the run kind named by the JSON's "task" (translation if absent)."""
     task = _parse(text, source).get("task", TranslationConfig.task)
-    if task not in CONFIG_CLASSES:
+    if not isinstance(task, str) or task not in CONFIG_CLASSES:
         raise ValueError(
             f"{source} has unknown task {task!r}; expected one of {sorted(CONFIG_CLASSES)}."
         )

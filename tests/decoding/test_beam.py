@@ -141,6 +141,18 @@ def test_beam_search_finds_a_more_probable_sentence_than_greedy():
     assert scores[0] == pytest.approx(steps.score(beams[0]))
 
 
+def test_bad_beam_options_are_refused_by_name():
+    for options, named in [
+        (dict(alpha=float("nan")), "`alpha` must be a finite number"),
+        (dict(alpha=float("inf")), "`alpha`"),
+        (dict(beam_size=0), "`beam_size`"),
+        (dict(max_length=0), "`max_length`"),
+    ]:
+        with pytest.raises(ValueError, match=named):
+            BeamOptions(**{**dict(start_id=START, end_id=END, max_length=4), **options})
+    assert BeamOptions(START, END, 4, alpha=np.float32(0.6)).alpha == np.float32(0.6)
+
+
 def test_length_penalty_is_gnmt():
     assert length_penalty(1, 0.0) == 1.0
     assert length_penalty(7, 1.0) == pytest.approx(2.0)

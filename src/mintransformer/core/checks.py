@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
 
 def positive_int(value, name: str) -> int:
     """Returns `value` if it is an int > 0, else raises ValueError naming `name`."""
@@ -22,6 +27,56 @@ def non_negative_number(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e300:
         raise ValueError(f"`{name}` must be a non-negative number, got {value!r}.")
     return float(value)
+
+
+def _is_number(value) -> bool:
+    """Whether `value` is a real number, NumPy's included (not a bool, which Python
+    counts as an int)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real)
+
+
+def finite_number(value, name: str) -> float:
+    """Returns `value` as a float if it is a finite number, else raises ValueError."""
+    if not _is_number(value) or not math.isfinite(value):
+        raise ValueError(f"`{name}` must be a finite number, got {value!r}.")
+    return float(value)
+
+
+def positive_number(value, name: str) -> float:
+    """Returns `value` as a float if it is a finite number > 0, else raises ValueError."""
+    if not _is_number(value) or not 0 < value < math.inf:
+        raise ValueError(f"`{name}` must be a positive finite number, got {value!r}.")
+    return float(value)
+
+
+def fraction(value, name: str) -> float:
+    """Returns `value` as a float if it is a number in (0, 1), else raises ValueError."""
+    if not _is_number(value) or not 0 < value < 1:
+        raise ValueError(f"`{name}` must be a number in (0, 1), got {value!r}.")
+    return float(value)
+
+
+def boolean(value, name: str) -> bool:
+    """Returns `value` if it is True or False (not 0, 1 or "no"), else raises ValueError."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be true or false, got {value!r}.")
+    return value
+
+
+def of_type(kind: type) -> Callable[[Any, str], Any]:
+    """The check that a value is a `kind` (a dict, a list, a str, ...)."""
+
+    def check(value, name: str):
+        if not isinstance(value, kind):
+            raise ValueError(f"`{name}` must be a {kind.__name__}, got {value!r}.")
+        return value
+
+    return check
+
+
+def optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    """`check`, letting None through."""
+    return lambda value, name: None if value is None else check(value, name)
 
 
 def dropout_rate(value, name: str = "dropout_rate") -> float:

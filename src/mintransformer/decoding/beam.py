@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mintransformer.core import checks
+
 if TYPE_CHECKING:
     from mintransformer.decoding.steps import Steps
 
@@ -78,6 +80,7 @@ class BeamOptions:
             raise ValueError(f"`max_length` must be >= 1, got {self.max_length}.")
         if self.beam_size < 1:
             raise ValueError(f"`beam_size` must be >= 1, got {self.beam_size}.")
+        checks.finite_number(self.alpha, "alpha")
 
 
 def beam_search(

@@ -4,6 +4,10 @@ Everything it needs is generated (`data.numbers`), so it runs with no download. 
 training it reports exact match per order of magnitude on held-out numbers, and on
 every number below 1000 (`data.numbers.magnitude_report`): BLEU says little here, as
 most translations are one or two tokens after its tokenisation.
+
+The demo trains in a folder that is missing, empty, or holds an earlier demo run (a
+translation run of the `numbers` preset on the numbers corpus, as `is_demo_run` tells),
+and replaces that run; it refuses any other folder unless told to overwrite it.
 """
 
 from __future__ import annotations
@@ -12,11 +16,38 @@ import dataclasses
 import functools
 from pathlib import Path
 
-from mintransformer.config import make_config
+from mintransformer.config import TranslationConfig, make_config
 from mintransformer.data.corpora import number_splits, numbers_spec
 from mintransformer.data.numbers import magnitude_report
 from mintransformer.inference.translator import Translator
+from mintransformer.runs.directory import RunDirectory
 from mintransformer.training import loop, translation
+
+
+def is_demo_run(config: TranslationConfig) -> bool:
+    """Whether `config` is one the demo writes: the `numbers` preset, unchanged, on the
+    numbers corpus."""
+    demo = make_config("translation", "numbers", data=config.data)
+    return config.data.get("kind") == "numbers" and config == demo
+
+
+def check_replaceable(path: str | Path) -> None:
+    """Raises FileExistsError unless `path` is missing, empty or holds an earlier demo run."""
+    folder = Path(path)
+    if not folder.exists() or (folder.is_dir() and not any(folder.iterdir())):
+        return
+    try:
+        config = RunDirectory(folder).config()
+    except (OSError, ValueError):
+        what = "something other than a run"
+    else:
+        if isinstance(config, TranslationConfig) and is_demo_run(config):
+            return
+        what = f"a {config.task} run"
+    raise FileExistsError(
+        f"{folder} holds {what}, not an earlier demo run (the only kind the demo replaces): "
+        "give another --run, or pass --overwrite to replace it (its checkpoints are then lost)."
+    )
 
 
 def run_demo(
@@ -26,10 +57,20 @@ def run_demo(
     beam_size: int = 1,
     alpha: float = 0.6,
     verbose: int = 1,
+    overwrite: bool = False,
 ) -> loop.Trained:
-    """Trains the `numbers` preset in `path` (replacing a run there), then prints exact
-    match on up to `report` held-out numbers of each magnitude (0: no report) and on all of
-    0-999, decoded with `beam_size` and `alpha`."""
+    """Trains the `numbers` preset in `path`, then prints exact match on up to `report`
+    held-out numbers of each magnitude (0: no report) and on all of 0-999, decoded with
+    `beam_size` and `alpha`.
+
+    `path` must be missing, empty or hold an earlier demo run, which is replaced; with
+    `overwrite`, any run there is replaced.
+
+    Raises:
+        FileExistsError: if `path` holds something else and `overwrite` is False.
+    """
+    if not overwrite:
+        check_replaceable(path)
     spec = numbers_spec(num_train=num_train)
 
     def by_magnitude(model, tokenizer, config, splits, verbose: int) -> str | None:
