@@ -218,7 +218,8 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def invalid(request: Request, err: RequestValidationError):
         errors = err.errors()
         content_type = request.headers.get("content-type", "")
-        if not _is_json(content_type):  # FastAPI then validates the raw bytes
+        about_body = any(e.get("loc", ("",))[0] == "body" for e in errors)
+        if about_body and not _is_json(content_type):  # FastAPI then validates the raw bytes
             sent = f"is {content_type!r}" if content_type else "is missing"
             message = "the request body must be JSON, sent with Content-Type: application/json"
             return JSONResponse({"error": f"{message} (this one's {sent})."}, status_code=415)
