@@ -1,0 +1,110 @@
+"""Command-line flags to settings: their checks, the config of a new run, and what
+`--resume` may be given.
+
+The command line (`cli`) parses; this module turns what it parsed into the arguments of
+the library's calls, refusing what would be ignored or is out of range before anything
+is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from mintransformer.core import checks
+
+# The flags a resumed run uses; any other given with --resume would be ignored.
+RESUME_FLAGS = frozenset(
+    ("run", "resume", "backend", "verbose", "report", "beam", "alpha")
+    + ("distribute", "devices", "coordinator", "num_processes", "process_id")
+)
+# Flags checked before a command starts (the config's settings are checked by the config).
+FLAG_CHECKS = {
+    "verbose": checks.non_negative_int,
+    "report": checks.non_negative_int,
+    "beam": checks.positive_int,
+    "alpha": checks.finite_number,
+    "num_train": checks.positive_int,
+}
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuses a bad value of a flag in `FLAG_CHECKS` (ValueError naming the flag)."""
+    for name, check in FLAG_CHECKS.items():
+        if hasattr(args, name):
+            check(getattr(args, name), f"--{name.replace('_', '-')}")
+
+
+def flags_given(args: argparse.Namespace) -> dict[str, str]:
+    """`{dest: flag}` of the options on the command line that differ from their defaults."""
+    return {
+        action.dest: action.option_strings[0]
+        for action in args.command_parser._actions
+        if action.option_strings and getattr(args, action.dest, action.default) != action.default
+    }
+
+
+def resuming(args: argparse.Namespace) -> bool:
+    """Whether to continue the run in --run; refuses flags that resuming would ignore."""
+    if not args.resume:
+        return False
+    ignored = [flag for dest, flag in flags_given(args).items() if dest not in RESUME_FLAGS]
+    if ignored:
+        raise ValueError(
+            "--resume continues the run with its own config.json; these flags would be "
+            f"ignored: {', '.join(ignored)}"
+        )
+    return True
+
+
+def new_config(args: argparse.Namespace, task: str, **settings):
+    """The preset's config with the flags' settings and `settings`; a bad setting's
+    ValueError names its flag."""
+    from mintransformer.config import CONFIG_CLASSES, flag_overrides, in_flag_terms, make_config
+
+    config_class = CONFIG_CLASSES[task]
+    overrides = flag_overrides(args, config_class)
+    try:
+        return make_config(task, args.preset, **{**overrides, **settings})
+    except ValueError as err:
+        raise ValueError(in_flag_terms(str(err), config_class)) from None
+
+
+def translation_config(args):
+    """A new translation run's config: the corpus the data flags name, and the settings."""
+    from mintransformer.data.corpora import corpus_spec
+
+    data = corpus_spec(
+        **{k: getattr(args, k) for k in ("train", "val", "test", "src", "tgt", "tsv")},
+        val_fraction=args.val_fraction,
+        test_fraction=args.test_fraction,
+        seed=args.seed or 0,
+        num_train=args.num_train,
+    )
+    return new_config(args, "translation", data=data, mixed_precision=args.bf16)
+
+
+def classification_config(args):
+    """A new classification run's config: the labelled files the flags name, and the settings."""
+    from mintransformer.data.labelled import data_spec
+
+    if args.train is None:
+        raise ValueError("--train is required: a labelled .jsonl/.csv file or class folders")
+    data = data_spec(args.train, args.val, args.test, args.val_fraction)
+    return new_config(args, "classification", data=data, mixed_precision=args.bf16)
+
+
+def language_model_config(args):
+    """A new language-model run's config: the --text file, and the settings."""
+    if args.text is None:
+        raise ValueError("--text FILE is required: the text file to train on")
+    return new_config(args, "language_model", text=str(args.text.resolve()))
+
+
+def interrupted_message(args: argparse.Namespace) -> str:
+    """What to print after Ctrl-C: for a training run that has begun, how to continue it."""
+    from mintransformer.runs.directory import RunDirectory
+
+    if args.command != "train" or not RunDirectory(args.run).config_path.is_file():
+        return "interrupted"
+    command = f"mintransformer train {args.task} --run {args.run} --resume"
+    return f"interrupted; continue with `{command}`"
