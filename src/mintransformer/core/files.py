@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
-from mintransformer.core.errors import FileWriteError
+from mintransformer.core.errors import CorruptFileError, FileWriteError
 
 
 def atomic_write(path: str | Path, write) -> None:
@@ -45,6 +45,24 @@ def atomic_write(path: str | Path, write) -> None:
         if isinstance(err, OSError) and not isinstance(err, FileWriteError):
             raise FileWriteError(path, err) from err
         raise
+
+
+def read_json_object(path: str | Path, remedy: str = "") -> dict:
+    """The JSON object in the UTF-8 file `path`.
+
+    Raises:
+        CorruptFileError: the file is not UTF-8 JSON, or holds something else than an
+            object; `remedy` says what to do.
+    """
+    import json
+
+    try:
+        values = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CorruptFileError(path, f"is not valid JSON ({err})", remedy) from None
+    if not isinstance(values, dict):
+        raise CorruptFileError(path, "must hold a JSON object", remedy)
+    return values
 
 
 def save_npy(path: str | Path, array) -> Path:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from mintransformer import __version__
 from mintransformer.core.errors import CorruptFileError
-from mintransformer.core.files import atomic_write
+from mintransformer.core.files import atomic_write, read_json_object
 from mintransformer.runs.directory import CONFIG, TOKENIZER, RunDirectory
 
 # Bumped whenever the graphs' inputs or outputs change.
@@ -80,14 +80,7 @@ class ExportFolder:
             CorruptFileError: the manifest is not JSON, or lacks the task or the run.
         """
         remedy = "export the run again"
-        try:
-            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise CorruptFileError(
-                self.manifest_path, f"is not valid JSON ({err})", remedy
-            ) from None
-        if not isinstance(manifest, dict):
-            raise CorruptFileError(self.manifest_path, "must hold a JSON object", remedy)
+        manifest = read_json_object(self.manifest_path, remedy)
         if manifest.get("task") not in GRAPHS:
             raise CorruptFileError(
                 self.manifest_path, f"names no task we export ({manifest.get('task')!r})", remedy

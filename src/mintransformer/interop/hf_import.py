@@ -14,13 +14,13 @@ projection, holding the same values). Options our layers lack are refused by nam
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from mintransformer.config import TranslationConfig, make_config
 from mintransformer.core.errors import CorruptFileError
+from mintransformer.core.files import read_json_object
 from mintransformer.data.sentencepiece_tokenizer import SentencePieceTokenizer
 from mintransformer.data.tokenizer import Tokenizer
 from mintransformer.interop import mapping
@@ -73,21 +73,6 @@ REDUNDANT = frozenset(
         "model.decoder.embed_positions.weight",
     }
 )
-
-
-def read_json(path: Path) -> dict:
-    """The JSON object in `path`.
-
-    Raises:
-        CorruptFileError: the file is not UTF-8 JSON holding an object.
-    """
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CorruptFileError(path, f"is corrupt: not valid JSON ({err})") from None
-    if not isinstance(values, dict):
-        raise CorruptFileError(path, "is corrupt: it must hold a JSON object")
-    return values
 
 
 def refusal(hf: dict) -> str | None:
@@ -150,7 +135,7 @@ def read_tokenizer(folder: Path, hf: dict):
     """The folder's tokenizer: Marian's SentencePiece files, or our exported BPE."""
     if (folder / "source.spm").is_file():
         settings = folder / "tokenizer_config.json"
-        settings = read_json(settings) if settings.is_file() else {}
+        settings = read_json_object(settings) if settings.is_file() else {}
         separate = settings.get("separate_vocabs", False)
         names = ["source.spm", "target.spm", "vocab.json"]
         names += ["target_vocab.json"] if separate else []
@@ -158,7 +143,7 @@ def read_tokenizer(folder: Path, hf: dict):
         if missing:
             raise FileNotFoundError(f"{folder} has source.spm but not {', '.join(missing)}")
         for name in names[2:]:
-            read_json(folder / name)  # names the file if it is damaged
+            read_json_object(folder / name)  # names the file if it is damaged
         try:
             return SentencePieceTokenizer.from_files(
                 *(folder / name for name in names), start_id=hf.get("decoder_start_token_id")
@@ -234,7 +219,7 @@ def import_folder(folder: str | Path, run_dir: str | Path, overwrite: bool = Fal
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} has no config.json: not a Hugging Face model folder")
-    hf = read_json(folder / "config.json")
+    hf = read_json_object(folder / "config.json")
     reason = refusal(hf)
     if reason:
         raise ValueError(f"{folder} cannot be imported: {reason}")
