@@ -146,7 +146,7 @@ LATIN_1_REVIEW = "caf\u00e9".encode("latin-1")
         ("plain.jsonl.gz", b'{"text": "ok", "label": 1}\n', "plain.jsonl.gz: not a valid gzip"),
         (
             "cut.jsonl.gz",
-            gzip.compress(b'{"text": "ok", "label": 1}\n' * 100)[:30],
+            gzip.compress(b'{"text": "ok", "label": 1}\n' * 100, mtime=0)[:30],
             "cut.jsonl.gz: not a valid gzip",
         ),
         (
@@ -161,7 +161,7 @@ LATIN_1_REVIEW = "caf\u00e9".encode("latin-1")
         ),
         (
             "cut.csv.gz",
-            gzip.compress(b"text,label\n" + b"ok,pos\n" * 100)[:30],
+            gzip.compress(b"text,label\n" + b"ok,pos\n" * 100, mtime=0)[:30],
             "cut.csv.gz: not a valid gzip",
         ),
     ],
