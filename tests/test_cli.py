@@ -343,3 +343,57 @@ def test_ctrl_c_is_one_line_and_exit_status_130(capsys, monkeypatch, tmp_path, c
         assert (code, err) == (130, f"interrupted; continue with `{resume}`\n")
     else:
         assert (code, err) == (130, "interrupted\n")
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (
+            "--val-fraction 2 --test-fraction -1",
+            "--val-fraction, --test-fraction would be ignored: the built-in numbers corpus "
+            "(no --train or --tsv) reads only --num-train",
+        ),
+        (
+            "--tsv pairs.tsv --src en --num-train 5",
+            "--src, --num-train would be ignored: a --tsv file reads only --tsv, "
+            "--val-fraction, --test-fraction",
+        ),
+        (
+            "--train c --val v --src en --tgt fr --test-fraction 0.1",
+            "--test-fraction would be ignored: parallel files (--train) read only --train, --val",
+        ),
+        ("--tsv pairs.tsv --val-fraction 1.5", "`--val-fraction` must be in [0, 1), got 1.5"),
+        ("--tsv pairs.tsv --val-fraction 0.5 --test-fraction 0.5", "must be less than 1"),
+    ],
+)
+def test_data_flags_the_corpus_would_ignore_or_refuse_are_named_before_a_run_is_written(
+    capsys, tmp_path, flags, named
+):
+    run = tmp_path / "run"
+    code, _, err = run_cli(capsys, "train", "translation", "--run", str(run), *flags.split())
+    assert code == 2 and named in err and err.count("\n") == 1, err
+    assert not run.exists()
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        ("--val v.jsonl --val-fraction 0.3", "--val-fraction would be ignored: --val gives"),
+        ("--val-fraction 1", "`--val-fraction` must be a number in (0, 1), got 1.0"),
+    ],
+)
+def test_classification_validation_flags_are_checked_before_a_run_is_written(
+    capsys, tmp_path, flags, named
+):
+    run = tmp_path / "run"
+    args = ["train", "classification", "--run", str(run), "--train", "t.jsonl", *flags.split()]
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and named in err and err.count("\n") == 1, err
+    assert not run.exists()
+
+
+def test_translate_refuses_texts_given_twice(capsys, tmp_path):
+    (tmp_path / "in.txt").write_text("five\n")
+    args = ["translate", "--run", str(tmp_path / "nope"), "--input", str(tmp_path / "in.txt")]
+    code, _, err = run_cli(capsys, *args, "nine")
+    assert code == 2 and "give one or the other" in err, err

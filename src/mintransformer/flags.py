@@ -27,11 +27,23 @@ FLAG_CHECKS = {
 }
 
 
+def _flag(dest: str) -> str:
+    """The flag of an argparse destination: `val_fraction` -> `--val-fraction`."""
+    return "--" + dest.replace("_", "-")
+
+
+def _in_flag_terms(message: str, dests: tuple[str, ...]) -> str:
+    """`message` with each of `dests`, written `name` as the checks write it, as its flag."""
+    for dest in dests:
+        message = message.replace(f"`{dest}`", f"`{_flag(dest)}`")
+    return message
+
+
 def check_flags(args: argparse.Namespace) -> None:
     """Refuses a bad value of a flag in `FLAG_CHECKS` (ValueError naming the flag)."""
     for name, check in FLAG_CHECKS.items():
         if hasattr(args, name):
-            check(getattr(args, name), f"--{name.replace('_', '-')}")
+            check(getattr(args, name), _flag(name))
 
 
 def flags_given(args: argparse.Namespace) -> dict[str, str]:
@@ -69,17 +81,49 @@ def new_config(args: argparse.Namespace, task: str, **settings):
         raise ValueError(in_flag_terms(str(err), config_class)) from None
 
 
+# The data flags each kind of translation corpus reads (`corpora.corpus_spec`), and what
+# the corpus is called in the error naming the others.
+CORPUS_FLAGS = {
+    "tsv": ("tsv", "val_fraction", "test_fraction"),
+    "parallel": ("train", "val", "test", "src", "tgt"),
+    "numbers": ("num_train",),
+}
+CORPUS_READS = {
+    "tsv": "a --tsv file reads",
+    "parallel": "parallel files (--train) read",
+    "numbers": "the built-in numbers corpus (no --train or --tsv) reads",
+}
+
+
+def refuse_ignored_flags(args: argparse.Namespace, ignored: set[str], why: str) -> None:
+    """Raises ValueError naming the flags given whose destinations are in `ignored`."""
+    names = [flag for dest, flag in flags_given(args).items() if dest in ignored]
+    if names:
+        raise ValueError(f"{', '.join(names)} would be ignored: {why}")
+
+
 def translation_config(args):
-    """A new translation run's config: the corpus the data flags name, and the settings."""
+    """A new translation run's config: the corpus the data flags name, and the settings.
+    Refuses data flags that the corpus they name does not read."""
     from mintransformer.data.corpora import corpus_spec
 
-    data = corpus_spec(
-        **{k: getattr(args, k) for k in ("train", "val", "test", "src", "tgt", "tsv")},
-        val_fraction=args.val_fraction,
-        test_fraction=args.test_fraction,
-        seed=args.seed or 0,
-        num_train=args.num_train,
+    kind = "tsv" if args.tsv else "parallel" if args.train else "numbers"
+    used = CORPUS_FLAGS[kind]
+    refuse_ignored_flags(
+        args,
+        {dest for dests in CORPUS_FLAGS.values() for dest in dests} - set(used),
+        f"{CORPUS_READS[kind]} only {', '.join(_flag(dest) for dest in used)}",
     )
+    try:
+        data = corpus_spec(
+            **{k: getattr(args, k) for k in ("train", "val", "test", "src", "tgt", "tsv")},
+            val_fraction=args.val_fraction,
+            test_fraction=args.test_fraction,
+            seed=args.seed or 0,
+            num_train=args.num_train,
+        )
+    except ValueError as err:
+        raise ValueError(_in_flag_terms(str(err), used)) from None
     return new_config(args, "translation", data=data, mixed_precision=args.bf16)
 
 
@@ -89,7 +133,12 @@ def classification_config(args):
 
     if args.train is None:
         raise ValueError("--train is required: a labelled .jsonl/.csv file or class folders")
-    data = data_spec(args.train, args.val, args.test, args.val_fraction)
+    if args.val is not None:
+        refuse_ignored_flags(args, {"val_fraction"}, "--val gives the validation texts")
+    try:
+        data = data_spec(args.train, args.val, args.test, args.val_fraction)
+    except ValueError as err:
+        raise ValueError(_in_flag_terms(str(err), ("val_fraction",))) from None
     return new_config(args, "classification", data=data, mixed_precision=args.bf16)
 
 

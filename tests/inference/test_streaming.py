@@ -144,3 +144,11 @@ def test_classify_input_to_output_file_equals_classifying_all_at_once(
     assert code == 0
     expected = [str(p) for p in Classifier.from_run(untrained_classifier_run.path).classify(texts)]
     assert read_lines(output) == expected and len(expected) == len(texts)
+
+
+def test_texts_given_as_arguments_and_as_a_file_are_refused(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("one\n")
+    with pytest.raises(ValueError, match=r"both as arguments \(2\) and as --input .*in\.txt"):
+        streaming.open_input(["a", "b"], path)
+    assert list(streaming.open_input([], path)[0]) == ["one"]

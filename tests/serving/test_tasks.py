@@ -174,3 +174,67 @@ def test_an_abandoned_stream_stops_generating_at_its_next_token(generate_service
         return [event async for event in generate_service.generate("the cat", **options)]
 
     assert asyncio.run(read_all())[-1]["done"]  # the next request is served
+
+
+def test_a_non_streamed_generation_stops_when_its_client_leaves(generate_service, monkeypatch):
+    from mintransformer.serving.app import create_app
+
+    generator = generate_service.generator
+    generate = generator.generate
+    produced: list[int] = []
+    left, finished = threading.Event(), threading.Event()
+
+    def generate_until_the_client_leaves(prompts, on_token, **options):
+        def on_token_then_wait(row: int, token_id: int) -> None:
+            on_token(row, token_id)  # raises once the request is abandoned
+            produced.append(token_id)
+            left.wait(timeout=30)
+
+        try:
+            return generate(prompts, on_token=on_token_then_wait, **options)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(generator, "generate", generate_until_the_client_leaves)
+    app = create_app(generate_service, started=True)
+    body = json.dumps({"prompt": "the cat", "max_new_tokens": 10, "stream": False}).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/generate",
+        "raw_path": b"/api/generate",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    messages = iter([{"type": "http.request", "body": body, "more_body": False}])
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        request = next(messages, None)
+        if request is not None:
+            return request
+        if produced:  # the client leaves once the first token is made
+            return {"type": "http.disconnect"}
+        await asyncio.Event().wait()  # no message yet
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def request_and_leave() -> None:
+        await asyncio.wait_for(app(scope, receive, send), timeout=30)
+        left.set()
+
+    asyncio.run(request_and_leave())
+    assert finished.wait(timeout=30)
+    assert len(produced) == 1  # not the 10 asked for
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 499

@@ -41,7 +41,9 @@ def parallel_spec(train: str, val: str, src: str, tgt: str, test: str | None = N
 def tsv_spec(
     path: str, val_fraction: float = 0.02, test_fraction: float = 0.02, seed: int = 0
 ) -> dict:
-    """SRC<TAB>TGT lines (Tatoeba/Anki), split by source sentence so none leaks across splits."""
+    """SRC<TAB>TGT lines (Tatoeba/Anki), split by source sentence so none leaks across splits.
+    A ValueError for fractions that `parallel.split_by_source` would refuse."""
+    parallel.check_split_fractions(val_fraction, test_fraction)
     return dict(
         kind="tsv",
         path=_absolute(path),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mintransformer.core import checks
 from mintransformer.data.text import iter_lines, read_lines
 
 _LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
@@ -261,7 +262,10 @@ def data_spec(
     val_fraction: float = 0.1,
 ) -> dict:
     """A classification config's `data`: absolute paths of the splits, and `val_fraction`
-    (the share of train carved out for validation when there is no `val` file)."""
+    (the share of train carved out for validation when there is no `val` file; without
+    one, a ValueError unless it is in (0, 1))."""
+    if not val:
+        checks.fraction(val_fraction, "val_fraction")
     paths = {"train": train, "val": val, "test": test}
     spec = {k: str(Path(v).expanduser().resolve()) if v else None for k, v in paths.items()}
     return {**spec, "val_fraction": val_fraction}

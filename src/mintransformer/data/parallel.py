@@ -110,6 +110,20 @@ def _source_key(text: str) -> str:
     return key[:end]
 
 
+def check_split_fractions(val_fraction: float, test_fraction: float) -> None:
+    """Raises ValueError unless both fractions are in [0, 1) and leave some pairs to train."""
+    for name, fraction in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise ValueError(f"`{name}` must be a number in [0, 1), got {fraction!r}.")
+        if not 0 <= fraction < 1:
+            raise ValueError(f"`{name}` must be in [0, 1), got {fraction!r}.")
+    if val_fraction + test_fraction >= 1:
+        raise ValueError(
+            "`val_fraction` + `test_fraction` must be less than 1 so train is not empty, got "
+            f"{val_fraction} + {test_fraction}."
+        )
+
+
 def split_by_source(
     pairs: Iterable[tuple[str, str]],
     *,
@@ -138,14 +152,7 @@ def split_by_source(
     Raises:
         ValueError: If a fraction is outside ``[0, 1)`` or the two add up to 1 or more.
     """
-    for name, fraction in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not 0 <= fraction < 1:
-            raise ValueError(f"{name} must be in [0, 1), got {fraction!r}")
-    if val_fraction + test_fraction >= 1:
-        raise ValueError(
-            f"val_fraction + test_fraction must be less than 1 so train is not empty, got "
-            f"{val_fraction} + {test_fraction}"
-        )
+    check_split_fractions(val_fraction, test_fraction)
     pairs = list(pairs)
     groups: dict[str, list[int]] = {}
     for index, (src, _) in enumerate(pairs):

@@ -29,7 +29,15 @@ def open_input(texts: Sequence[str], path: str | Path | None) -> tuple[Iterable[
     Args:
         texts: lines given directly (command-line arguments); used when not empty.
         path: else a UTF-8 text file (`.gz` ok) read lazily; else standard input.
+
+    Raises:
+        ValueError: if both `texts` and `path` are given (one of them would be ignored).
     """
+    if texts and path is not None:
+        raise ValueError(
+            f"texts given both as arguments ({len(texts)}) and as --input {path}: "
+            "give one or the other"
+        )
     if texts:
         return texts, len(texts)
     if path is not None:

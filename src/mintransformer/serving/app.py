@@ -8,6 +8,7 @@ in flight, refuse new connections, and exit 0.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import ipaddress
@@ -15,13 +16,14 @@ import json
 import logging
 import signal
 import socket
+from collections.abc import AsyncIterator
 from importlib import resources
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
@@ -33,6 +35,8 @@ from mintransformer.serving.services import Service
 
 log = logging.getLogger("mintransformer.serving")
 STATIC = Path(str(resources.files("mintransformer.serving") / "static"))
+# The status nginx logs for a request whose client closed the connection: nobody reads it.
+CLIENT_CLOSED_REQUEST = 499
 PROBLEMS = {status: {"model": schemas.Problem} for status in (400, 404, 413, 415, 422)}
 
 
@@ -118,7 +122,7 @@ def create_app(
         responses={200: {"model": schemas.GenerateResponse}, **PROBLEMS},
         tags=["tasks"],
     )
-    async def generate(request: schemas.GenerateRequest):
+    async def generate(request: schemas.GenerateRequest, connection: Request):
         """Continues the prompt. With `stream` (default), NDJSON: one `{"token", "id"}`
         line per token as it is produced, then `{"done": true, "text"}`."""
         require("language_model")
@@ -128,7 +132,9 @@ def create_app(
         if request.stream:
             lines = (json.dumps(event) + "\n" async for event in events)
             return StreamingResponse(lines, media_type="application/x-ndjson")
-        collected = [event async for event in events]
+        collected = await _collect_while_connected(events, connection)
+        if collected is None:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
         tokens = [event["token"] for event in collected if "token" in event]
         return {"text": collected[-1]["text"], "tokens": tokens}
 
@@ -151,6 +157,27 @@ def create_app(
         loopback_only=loopback_only,
     )
     return app
+
+
+async def _collect_while_connected(
+    events: AsyncIterator[dict], connection: Request, poll_seconds: float = 0.1
+) -> list[dict] | None:
+    """All of `events`; None, with the events closed (which stops their generation), once
+    the client of `connection` has gone away. Streamed responses stop by themselves:
+    Starlette closes their iterator when a write fails."""
+    collecting = asyncio.ensure_future(_collect(events))
+    while not (await asyncio.wait({collecting}, timeout=poll_seconds))[0]:
+        if await connection.is_disconnected():
+            collecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await collecting
+            await events.aclose()
+            return None
+    return collecting.result()
+
+
+async def _collect(events: AsyncIterator[dict]) -> list[dict]:
+    return [event async for event in events]
 
 
 def start_service(service: Service, warm_beams: tuple[int, ...]) -> None:
