@@ -35,6 +35,12 @@ def test_the_top_level_names_resolve_to_the_classes_of_the_layout():
         mintransformer.translate_everything  # noqa: B018
 
 
-def test_the_top_level_keeps_at_most_six_modules():
-    top = [info.name for info in pkgutil.iter_modules(mintransformer.__path__) if not info.ispkg]
-    assert sorted(top) == ["__main__", "cli", "config", "reference", "viz"]
+def test_the_top_level_keeps_four_modules_beside_the_packages():
+    found = list(pkgutil.iter_modules(mintransformer.__path__))
+    assert sorted(info.name for info in found if not info.ispkg) == [
+        "__main__",
+        "config",
+        "reference",
+        "viz",
+    ]
+    assert "cli" in {info.name for info in found if info.ispkg}

@@ -1,9 +1,10 @@
 """The `mintransformer` command line: demo, train, translate, classify, generate, evaluate, ...
 
-This module only parses arguments and calls the library; everything here can be
-done from Python too (`mintransformer.config`, `mintransformer.training.*`,
-`Translator`, `Classifier`, `Generator`). Keras is imported only after the
-arguments are read, so `--backend` can choose its backend.
+This package only parses arguments (here) and turns the flags into the library's
+arguments (`flags`); everything it does can be done from Python too
+(`mintransformer.config`, `mintransformer.training.*`, `Translator`, `Classifier`,
+`Generator`). Keras is imported only after the arguments are read, so `--backend` can
+choose its backend.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from mintransformer.backend.selection import BACKENDS
-from mintransformer.flags import (
+from mintransformer.cli.flags import (
     check_flags,
     classification_config,
     interrupted_message,
