@@ -138,17 +138,18 @@ def test_a_prompt_and_new_tokens_over_the_context_get_a_422_not_a_cut_prompt(
         assert f"context is {context} tokens" in error
 
 
-def test_an_abandoned_stream_stops_generating_at_its_next_token(generate_service, monkeypatch):
-    generator = generate_service.generator
+def wait_after_each_token(generator, monkeypatch):
+    """Makes `generator.generate` wait after each token until the returned `left` is set;
+    also returns the tokens it produced and `finished`, set once it returns."""
     generate = generator.generate
     produced: list[int] = []
     left, finished = threading.Event(), threading.Event()
 
     def generate_until_the_client_leaves(prompts, on_token, **options):
         def on_token_then_wait(row: int, token_id: int) -> None:
-            on_token(row, token_id)  # raises once the stream is closed
+            on_token(row, token_id)  # raises once the request is abandoned
             produced.append(token_id)
-            left.wait(timeout=30)  # the client leaves after the first token
+            left.wait(timeout=30)
 
         try:
             return generate(prompts, on_token=on_token_then_wait, **options)
@@ -156,6 +157,11 @@ def test_an_abandoned_stream_stops_generating_at_its_next_token(generate_service
             finished.set()
 
     monkeypatch.setattr(generator, "generate", generate_until_the_client_leaves)
+    return produced, left, finished
+
+
+def test_an_abandoned_stream_stops_generating_at_its_next_token(generate_service, monkeypatch):
+    produced, left, finished = wait_after_each_token(generate_service.generator, monkeypatch)
 
     async def read_one_token_and_leave() -> dict:
         options = dict(max_new_tokens=10, temperature=0.0, top_k=None, top_p=None, seed=0)
@@ -179,23 +185,7 @@ def test_an_abandoned_stream_stops_generating_at_its_next_token(generate_service
 def test_a_non_streamed_generation_stops_when_its_client_leaves(generate_service, monkeypatch):
     from mintransformer.serving.app import create_app
 
-    generator = generate_service.generator
-    generate = generator.generate
-    produced: list[int] = []
-    left, finished = threading.Event(), threading.Event()
-
-    def generate_until_the_client_leaves(prompts, on_token, **options):
-        def on_token_then_wait(row: int, token_id: int) -> None:
-            on_token(row, token_id)  # raises once the request is abandoned
-            produced.append(token_id)
-            left.wait(timeout=30)
-
-        try:
-            return generate(prompts, on_token=on_token_then_wait, **options)
-        finally:
-            finished.set()
-
-    monkeypatch.setattr(generator, "generate", generate_until_the_client_leaves)
+    produced, left, finished = wait_after_each_token(generate_service.generator, monkeypatch)
     app = create_app(generate_service, started=True)
     body = json.dumps({"prompt": "the cat", "max_new_tokens": 10, "stream": False}).encode()
     scope = {
