@@ -329,6 +329,21 @@ def interrupt(args):
     raise KeyboardInterrupt
 
 
+def interrupt_inside_a_context_manager(args):
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        raise AssertionError("Concurrent access?") from None  # what TensorFlow's tracing does
+
+
+def test_ctrl_c_that_a_library_turns_into_another_error_is_still_an_interrupt(
+    capsys, monkeypatch, tmp_path
+):
+    monkeypatch.setattr(cli, "stream_command", interrupt_inside_a_context_manager)
+    code, _, err = run_cli(capsys, "translate", "five", "--run", str(tmp_path / "run"))
+    assert (code, err) == (130, "interrupted\n")
+
+
 @pytest.mark.parametrize("command", ["train_translation_command", "stream_command"])
 def test_ctrl_c_is_one_line_and_exit_status_130(capsys, monkeypatch, tmp_path, command):
     monkeypatch.setattr(cli, command, interrupt)

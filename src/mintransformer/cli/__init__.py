@@ -388,6 +388,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(interrupted_message(args), file=sys.stderr)
         return 130
+    except Exception as err:
+        # Ctrl-C inside a library's context manager can end as the error its exit raised
+        # while the interrupt unwound (TensorFlow's tracing: "Concurrent access?").
+        if not isinstance(err.__context__, KeyboardInterrupt):
+            raise
+        print(interrupted_message(args), file=sys.stderr)
+        return 130
     return 0
 
 
