@@ -316,6 +316,8 @@ def test_resume_refuses_the_flags_it_would_ignore(capsys, tmp_path):
     code, _, err = run_cli(capsys, *args, *ignored)
     assert code == 2 and "would be ignored: --epochs, --peak-learning-rate, --minutes" in err
     assert "--bf16" in err and "--train" in err, err
+    code, _, err = run_cli(capsys, *args, "--num-train", "30000", "--val-fraction=0.02")
+    assert code == 2 and "would be ignored: --val-fraction, --num-train" in err, err
     code, _, err = run_cli(capsys, "train", "lm", "--run", str(run.path), "--resume", "--text", "t")
     assert code == 2 and "would be ignored: --text" in err
     assert file_contents(run.path) == before
@@ -377,7 +379,14 @@ def test_ctrl_c_is_one_line_and_exit_status_130(capsys, monkeypatch, tmp_path, c
             "--train c --val v --src en --tgt fr --test-fraction 0.1",
             "--test-fraction would be ignored: parallel files (--train) read only --train, --val",
         ),
-        ("--tsv pairs.tsv --val-fraction 1.5", "`--val-fraction` must be in [0, 1), got 1.5"),
+        # Written at their default values, abbreviated or as --flag=value: still written.
+        ("--val-fraction 0.02", "--val-fraction would be ignored: the built-in numbers"),
+        ("--tsv pairs.tsv --num-train=30000", "--num-train would be ignored: a --tsv file"),
+        ("--train c --src en --tgt fr --val-frac 0.02", "--val-fraction would be ignored"),
+        (
+            "--tsv pairs.tsv --val-fraction 1.5",
+            "`--val-fraction` must be a number in [0, 1), got 1.5",
+        ),
         ("--tsv pairs.tsv --val-fraction 0.5 --test-fraction 0.5", "must be less than 1"),
     ],
 )
@@ -394,6 +403,7 @@ def test_data_flags_the_corpus_would_ignore_or_refuse_are_named_before_a_run_is_
     "flags, named",
     [
         ("--val v.jsonl --val-fraction 0.3", "--val-fraction would be ignored: --val gives"),
+        ("--val v.jsonl --val-fraction 0.1", "--val-fraction would be ignored: --val gives"),
         ("--val-fraction 1", "`--val-fraction` must be a number in (0, 1), got 1.0"),
     ],
 )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -67,14 +67,14 @@ SETTING_CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "num_heads": checks.positive_int,
     "dff": checks.positive_int,
     "key_dim": checks.optional(checks.positive_int),
-    "dropout_rate": checks.dropout_rate,
-    "attention_dropout_rate": checks.optional(checks.dropout_rate),
+    "dropout_rate": checks.unit_interval,
+    "attention_dropout_rate": checks.optional(checks.unit_interval),
     "norm_first": checks.boolean,
     "tie_embeddings": checks.boolean,
     "share_embeddings": checks.boolean,
     "hidden_units": checks.non_negative_int,
     "ngram_buckets": checks.non_negative_int,
-    "ngram_dropout": checks.dropout_rate,
+    "ngram_dropout": checks.unit_interval,
     "max_length": checks.positive_int,
     "activation": checks.of_type(str),
     "layer_norm_epsilon": checks.positive_number,
@@ -91,7 +91,7 @@ SETTING_CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "max_batch_size": checks.optional(checks.positive_int),
     "warmup_steps": checks.positive_int,
     "peak_learning_rate": checks.positive_number,
-    "label_smoothing": checks.dropout_rate,
+    "label_smoothing": checks.unit_interval,
     "average_last": checks.positive_int,
     "minutes": checks.non_negative_number,
     "seed": checks.non_negative_int,
@@ -358,13 +358,13 @@ def flag_names(name: str) -> tuple[str, ...]:
     return (f"--{name.replace('_', '-')}", *FLAG_ALIASES.get(name, ()))
 
 
-def in_flag_terms(message: str, config_class: type[RunConfig]) -> str:
-    """`message` with each setting of `config_class` that is a flag, written `name` as the
-    checks write it, named by its flags instead ("`--num-layers` (`--layers`)")."""
-    for setting in flag_fields(config_class):
-        flag, *aliases = flag_names(setting.name)
+def in_flag_terms(message: str, names: Iterable[str]) -> str:
+    """`message` with each of the settings or flag destinations `names`, written `name` as
+    the checks write it, named by its flags instead ("`--num-layers` (`--layers`)")."""
+    for name in names:
+        flag, *aliases = flag_names(name)
         named = f"`{flag}`" + "".join(f" (`{alias}`)" for alias in aliases)
-        message = message.replace(f"`{setting.name}`", named)
+        message = message.replace(f"`{name}`", named)
     return message
 
 

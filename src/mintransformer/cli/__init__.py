@@ -21,6 +21,7 @@ from mintransformer.cli.flags import (
     classification_config,
     interrupted_message,
     language_model_config,
+    options_written,
     resuming,
     translation_config,
 )
@@ -363,6 +364,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line `argv` (default: `sys.argv[1:]`) parsed, with `written`: the
+    destinations of the options it writes out, whatever their values."""
+    args = build_parser().parse_args(argv)
+    args.written = options_written(build_parser(), argv)
+    return args
+
+
 def _format_warning(message, category, filename, lineno, line=None) -> str:
     """A warning as one line, `warning: ...`, like the errors (no source location)."""
     return f"warning: {message}\n"
@@ -374,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     from mintransformer.core.errors import USER_ERRORS
 
     warnings.formatwarning = _format_warning
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         check_flags(args)
         if getattr(args, "distribute", None):
@@ -385,13 +394,10 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(interrupted_message(args), file=sys.stderr)
-        return 130
-    except Exception as err:
+    except (KeyboardInterrupt, Exception) as err:
         # Ctrl-C inside a library's context manager can end as the error its exit raised
         # while the interrupt unwound (TensorFlow's tracing: "Concurrent access?").
-        if not isinstance(err.__context__, KeyboardInterrupt):
+        if not any(isinstance(e, KeyboardInterrupt) for e in (err, err.__context__)):
             raise
         print(interrupted_message(args), file=sys.stderr)
         return 130

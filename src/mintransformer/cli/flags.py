@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from mintransformer.config import in_flag_terms
 from mintransformer.core import checks
 
 # The flags a resumed run uses; any other given with --resume would be ignored.
@@ -32,13 +33,6 @@ def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def _in_flag_terms(message: str, dests: tuple[str, ...]) -> str:
-    """`message` with each of `dests`, written `name` as the checks write it, as its flag."""
-    for dest in dests:
-        message = message.replace(f"`{dest}`", f"`{_flag(dest)}`")
-    return message
-
-
 def check_flags(args: argparse.Namespace) -> None:
     """Refuses a bad value of a flag in `FLAG_CHECKS` (ValueError naming the flag)."""
     for name, check in FLAG_CHECKS.items():
@@ -46,12 +40,37 @@ def check_flags(args: argparse.Namespace) -> None:
             check(getattr(args, name), _flag(name))
 
 
+def _parsers(parser: argparse.ArgumentParser):
+    """`parser` and every sub-command's parser below it."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def options_written(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The destinations of the options written in `argv`, at their default value too.
+
+    `parser` must be a fresh one, not used for anything else: it is changed here, every
+    option losing its default, so that parsing `argv` again sets only what was written
+    (abbreviated, `--flag=value` or `--no-flag` forms included)."""
+    for each in _parsers(parser):
+        for action in each._actions:
+            if action.option_strings:
+                action.default = argparse.SUPPRESS
+    values = vars(parser.parse_args(argv))
+    command = values.get("command_parser", parser)
+    return {a.dest for a in command._actions if a.option_strings and a.dest in values}
+
+
 def flags_given(args: argparse.Namespace) -> dict[str, str]:
-    """`{dest: flag}` of the options on the command line that differ from their defaults."""
+    """`{dest: flag}` of the options written on the command line (`args.written`, from
+    `options_written`)."""
     return {
         action.dest: action.option_strings[0]
         for action in args.command_parser._actions
-        if action.option_strings and getattr(args, action.dest, action.default) != action.default
+        if action.option_strings and action.dest in args.written
     }
 
 
@@ -71,14 +90,15 @@ def resuming(args: argparse.Namespace) -> bool:
 def new_config(args: argparse.Namespace, task: str, **settings):
     """The preset's config with the flags' settings and `settings`; a bad setting's
     ValueError names its flag."""
-    from mintransformer.config import CONFIG_CLASSES, flag_overrides, in_flag_terms, make_config
+    from mintransformer.config import CONFIG_CLASSES, flag_fields, flag_overrides, make_config
 
     config_class = CONFIG_CLASSES[task]
     overrides = flag_overrides(args, config_class)
     try:
         return make_config(task, args.preset, **{**overrides, **settings})
     except ValueError as err:
-        raise ValueError(in_flag_terms(str(err), config_class)) from None
+        names = (setting.name for setting in flag_fields(config_class))
+        raise ValueError(in_flag_terms(str(err), names)) from None
 
 
 # The data flags each kind of translation corpus reads (`corpora.corpus_spec`), and what
@@ -123,7 +143,7 @@ def translation_config(args):
             num_train=args.num_train,
         )
     except ValueError as err:
-        raise ValueError(_in_flag_terms(str(err), used)) from None
+        raise ValueError(in_flag_terms(str(err), used)) from None
     return new_config(args, "translation", data=data, mixed_precision=args.bf16)
 
 
@@ -138,7 +158,7 @@ def classification_config(args):
     try:
         data = data_spec(args.train, args.val, args.test, args.val_fraction)
     except ValueError as err:
-        raise ValueError(_in_flag_terms(str(err), ("val_fraction",))) from None
+        raise ValueError(in_flag_terms(str(err), ("val_fraction",))) from None
     return new_config(args, "classification", data=data, mixed_precision=args.bf16)
 
 

@@ -79,9 +79,10 @@ def optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
     return lambda value, name: None if value is None else check(value, name)
 
 
-def dropout_rate(value, name: str = "dropout_rate") -> float:
-    """Returns `value` if it is a number in [0, 1), else raises ValueError naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+def unit_interval(value, name: str) -> float:
+    """Returns `value` as a float if it is a number in [0, 1) (a rate, a share held out),
+    else raises ValueError naming `name`."""
+    if not _is_number(value) or not 0 <= value < 1:
         raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
     return float(value)
 

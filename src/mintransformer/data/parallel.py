@@ -21,6 +21,7 @@ import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 
+from mintransformer.core import checks
 from mintransformer.data.text import normalize_text, read_lines
 
 
@@ -112,11 +113,8 @@ def _source_key(text: str) -> str:
 
 def check_split_fractions(val_fraction: float, test_fraction: float) -> None:
     """Raises ValueError unless both fractions are in [0, 1) and leave some pairs to train."""
-    for name, fraction in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
-            raise ValueError(f"`{name}` must be a number in [0, 1), got {fraction!r}.")
-        if not 0 <= fraction < 1:
-            raise ValueError(f"`{name}` must be in [0, 1), got {fraction!r}.")
+    checks.unit_interval(val_fraction, "val_fraction")
+    checks.unit_interval(test_fraction, "test_fraction")
     if val_fraction + test_fraction >= 1:
         raise ValueError(
             "`val_fraction` + `test_fraction` must be less than 1 so train is not empty, got "

@@ -146,7 +146,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_dim = key_dim
         self.d_model = d_model
         self.num_heads = num_heads
-        self.dropout_rate = checks.dropout_rate(dropout_rate)
+        self.dropout_rate = checks.unit_interval(dropout_rate, "dropout_rate")
         self.use_bias = use_bias
         dense = dict(use_bias=use_bias, dtype=self.dtype_policy)
         width = num_heads * self.depth

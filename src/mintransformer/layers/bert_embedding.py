@@ -65,7 +65,7 @@ class BertEmbedding(keras.layers.Layer):
         self.max_length = checks.positive_int(max_length, "max_length")
         self.type_vocab_size = checks.positive_int(type_vocab_size, "type_vocab_size")
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.dropout_rate = checks.dropout_rate(dropout_rate)
+        self.dropout_rate = checks.unit_interval(dropout_rate, "dropout_rate")
         self.word_embedding = keras.layers.Embedding(
             vocab_size, d_model, dtype=self.dtype_policy, name="word_embedding"
         )

@@ -136,10 +136,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.vocab_size = checks.positive_int(vocab_size, "vocab_size")
         self.d_model = checks.positive_int(d_model, "d_model")
         self.max_length = checks.positive_int(max_length, "max_length")
-        self.dropout_rate = checks.dropout_rate(dropout_rate)
+        self.dropout_rate = checks.unit_interval(dropout_rate, "dropout_rate")
         self.position = checks.one_of(position, POSITION_KINDS, "position")
         self.ngram_buckets = checks.non_negative_int(ngram_buckets, "ngram_buckets")
-        self.ngram_dropout = checks.dropout_rate(ngram_dropout, "ngram_dropout")
+        self.ngram_dropout = checks.unit_interval(ngram_dropout, "ngram_dropout")
         self.scale_embeddings = bool(scale_embeddings)
         self.embedding_init = embedding_init
         self.pad_id = pad_id

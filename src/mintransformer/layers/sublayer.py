@@ -171,7 +171,7 @@ class BlockOptions(keras.layers.Layer):
         self.d_model = d_model
         self.num_heads = num_heads
         self.dff = checks.positive_int(dff, "dff")
-        self.dropout_rate = checks.dropout_rate(dropout_rate)
+        self.dropout_rate = checks.unit_interval(dropout_rate, "dropout_rate")
         self.activation = activation
         self.norm_first = bool(norm_first)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
@@ -180,7 +180,7 @@ class BlockOptions(keras.layers.Layer):
         self.attention_dropout_rate = (
             self.dropout_rate
             if attention_dropout_rate is None
-            else checks.dropout_rate(attention_dropout_rate, "attention_dropout_rate")
+            else checks.unit_interval(attention_dropout_rate, "attention_dropout_rate")
         )
 
     @classmethod

@@ -160,7 +160,7 @@ class MaskedLoss(keras.losses.Loss):
 
     def __init__(self, label_smoothing: float = 0.1, pad_id: int = 0, name="masked_loss", **kw):
         super().__init__(name=name, **kw)
-        self.label_smoothing = checks.dropout_rate(label_smoothing, "label_smoothing")
+        self.label_smoothing = checks.unit_interval(label_smoothing, "label_smoothing")
         self.pad_id = pad_id
 
     def call(self, y_true, y_pred):
