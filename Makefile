@@ -27,12 +27,13 @@ lint: install
 # keep both cores busy; --dist loadscope keeps a module's tests (and its fixtures) in one.
 # Modules are handed out in the order tests/conftest.py sorts them (the slow ones first), not
 # xdist's (most tests first), which left a one-test module of minutes to run alone at the end.
-# On JAX most of a core test is XLA compiling programs that run once on tiny shapes, so the
-# JAX run asks LLVM for less optimisation: the same IEEE arithmetic, compiled sooner.
+# Most XLA programs the tests compile (all of JAX's, TensorFlow's decoding loops) run once on
+# tiny shapes, so both runs ask LLVM for less optimisation: the same IEEE arithmetic, compiled
+# sooner.
 TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 QUICK_XLA := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true
 test: lint
-	KERAS_BACKEND=tensorflow $(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) --durations=25
+	KERAS_BACKEND=tensorflow XLA_FLAGS="$(QUICK_XLA)" $(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) --durations=25
 	KERAS_BACKEND=jax XLA_FLAGS="$(QUICK_XLA)" $(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) -m core
 	KERAS_BACKEND=torch $(BIN)/python -m pytest -q -p no:cacheprovider -m core
