@@ -136,6 +136,21 @@ def test_ctrl_c_during_the_warm_up_stops_the_server_at_once(trained_run, tmp_pat
         server.stop()
 
 
+def test_ctrl_c_in_a_warm_up_is_held_until_the_compile_in_progress_ends():
+    from mintransformer.serving.app import DeferredInterrupt
+
+    before = signal.getsignal(signal.SIGINT)
+    with DeferredInterrupt() as interrupt:
+        interrupt.check()  # nothing pending
+        signal.raise_signal(signal.SIGINT)  # as if inside a compile: nothing raised here
+        assert interrupt.pending
+        with pytest.raises(KeyboardInterrupt):
+            interrupt.check()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)  # a second Ctrl-C: at once
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 CLIENTS = 32
 REQUESTS_PER_CLIENT = 6
 ROUNDS = 5

@@ -16,7 +16,7 @@ import json
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
 
@@ -180,12 +180,44 @@ async def _collect(events: AsyncIterator[dict]) -> list[dict]:
     return [event async for event in events]
 
 
-def start_service(service: Service, warm_beams: tuple[int, ...]) -> None:
-    """Compiles what requests will run (`warm_beams` for translation) and starts the
-    service's background work, logging how long it took."""
+def start_service(
+    service: Service, warm_beams: tuple[int, ...], between: Callable[[], None] = lambda: None
+) -> None:
+    """Compiles what requests will run (`warm_beams` for translation; `between` is called
+    after each compile) and starts the service's background work, logging how long it took."""
     log.info("warming up (%s)", _warm_summary(service, warm_beams))
-    seconds = service.start(warm_beams) if service.task == "translation" else service.start()
+    if service.task == "translation":
+        seconds = service.start(warm_beams, between)
+    else:
+        seconds = service.start()
     log.info("warmed up in %.1f s", seconds)
+
+
+class DeferredInterrupt:
+    """Within `with`, Ctrl-C (SIGINT) is held until `check()`, which raises it as
+    KeyboardInterrupt; a second Ctrl-C raises at once.
+
+    A KeyboardInterrupt raised inside TensorFlow's tracing can leave its state broken (an
+    error of its own, or a lock that is never released), so a warm-up stops between two
+    compiles instead. Main thread only, as Python's signal handlers are.
+    """
+
+    def __enter__(self) -> DeferredInterrupt:
+        self.pending = False
+        self._previous = signal.signal(signal.SIGINT, self._hold)
+        return self
+
+    def _hold(self, number, frame) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def check(self) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc_info) -> None:
+        signal.signal(signal.SIGINT, self._previous)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -316,7 +348,9 @@ def serve(args) -> None:
     service = load_service(args.run, args.engine, limits, args.max_batch_size, args.max_wait_ms)
     loopback = is_loopback(args.host)
     app = create_app(service, tuple(args.cors), loopback, args.warm_beams, started=True)
-    start_service(service, args.warm_beams)
+    with DeferredInterrupt() as interrupt:
+        start_service(service, args.warm_beams, interrupt.check)
+        interrupt.check()
     if loopback:
         log.info(
             "listening on %s only: this machine can connect, others cannot "

@@ -124,9 +124,12 @@ class TranslationService(Service):
         }
         return info
 
-    def start(self, warm_beams: tuple[int, ...] = (1,)) -> float:
+    def start(
+        self, warm_beams: tuple[int, ...] = (1,), between: Callable[[], None] = lambda: None
+    ) -> float:
         """Compiles every bucket shape for greedy decoding (and each beam size of
-        `warm_beams` above 1), then starts the batcher; returns the seconds it took."""
+        `warm_beams` above 1), calling `between` after each, then starts the batcher;
+        returns the seconds it took."""
         began = time.perf_counter()
         for beam_size in warm_beams:
             for rows, width in self.buckets.shapes():
@@ -134,6 +137,7 @@ class TranslationService(Service):
                 ids[:, 0] = self.translator.tokenizer.end_id
                 self.shapes_run.add((beam_size, rows, width))
                 self.translator.warm_up(ids, beam_size, self.buckets.rows)
+                between()
         self.batcher.start()
         return time.perf_counter() - began
 
