@@ -366,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line `argv` (default: `sys.argv[1:]`) parsed, with `written`: the
-    destinations of the options it writes out, whatever their values."""
+    `{dest: flag}` of the options it writes out, whatever their values."""
     args = build_parser().parse_args(argv)
     args.written = options_written(build_parser(), argv)
     return args

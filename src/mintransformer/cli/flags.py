@@ -49,8 +49,8 @@ def _parsers(parser: argparse.ArgumentParser):
                 yield from _parsers(sub)
 
 
-def options_written(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
-    """The destinations of the options written in `argv`, at their default value too.
+def options_written(parser: argparse.ArgumentParser, argv: list[str] | None) -> dict[str, str]:
+    """`{dest: flag}` of the options written in `argv`, at their default value too.
 
     `parser` must be a fresh one, not used for anything else: it is changed here, every
     option losing its default, so that parsing `argv` again sets only what was written
@@ -61,16 +61,10 @@ def options_written(parser: argparse.ArgumentParser, argv: list[str] | None) -> 
                 action.default = argparse.SUPPRESS
     values = vars(parser.parse_args(argv))
     command = values.get("command_parser", parser)
-    return {a.dest for a in command._actions if a.option_strings and a.dest in values}
-
-
-def flags_given(args: argparse.Namespace) -> dict[str, str]:
-    """`{dest: flag}` of the options written on the command line (`args.written`, from
-    `options_written`)."""
     return {
         action.dest: action.option_strings[0]
-        for action in args.command_parser._actions
-        if action.option_strings and action.dest in args.written
+        for action in command._actions
+        if action.option_strings and action.dest in values
     }
 
 
@@ -78,7 +72,7 @@ def resuming(args: argparse.Namespace) -> bool:
     """Whether to continue the run in --run; refuses flags that resuming would ignore."""
     if not args.resume:
         return False
-    ignored = [flag for dest, flag in flags_given(args).items() if dest not in RESUME_FLAGS]
+    ignored = [flag for dest, flag in args.written.items() if dest not in RESUME_FLAGS]
     if ignored:
         raise ValueError(
             "--resume continues the run with its own config.json; these flags would be "
@@ -117,7 +111,7 @@ CORPUS_READS = {
 
 def refuse_ignored_flags(args: argparse.Namespace, ignored: set[str], why: str) -> None:
     """Raises ValueError naming the flags given whose destinations are in `ignored`."""
-    names = [flag for dest, flag in flags_given(args).items() if dest in ignored]
+    names = [flag for dest, flag in args.written.items() if dest in ignored]
     if names:
         raise ValueError(f"{', '.join(names)} would be ignored: {why}")
 
