@@ -12,6 +12,7 @@ from mintransformer.backend.runtime import (
     batch_width_multiple,
     configure_runtime,
     seed_global_generators,
+    thread_count,
 )
 
 pytestmark = pytest.mark.core
@@ -33,7 +34,8 @@ def test_runtime_configuration_says_what_it_did():
     message = configure_runtime()
     assert message.startswith("runtime:")
     if keras.backend.backend() == "tensorflow":  # started now, or by an earlier test's call
-        assert "already started" in message or "1 inter-op" in message
+        threads = thread_count("TF_NUM_INTEROP_THREADS")
+        assert "already started" in message or f"{threads} inter-op" in message
 
 
 RUNTIME_PROBE = """
@@ -73,7 +75,7 @@ def test_runtime_configuration_picks_the_pooling_allocator_unless_told_not_to(se
     settings = {"TF_CPU_ALLOCATOR_USE_BFC": setting, "TF_ENABLE_ONEDNN_OPTS": "0"}
     lines = run_in_fresh_tensorflow(RUNTIME_PROBE, settings)
     message, allocator = lines[-2:]
-    assert "1 inter-op" in message
+    assert f"{thread_count('TF_NUM_INTEROP_THREADS')} inter-op" in message
     if setting is None:
         assert "pooling (BFC) allocator" in message
         assert int(allocator.split()[1]) >= 256 * 256 * 4
@@ -97,3 +99,31 @@ def test_importing_mintransformer_first_turns_onednn_on_unless_told_not_to(setti
     enabled, message = run_in_fresh_tensorflow(ONEDNN_PROBE, settings)[-2:]
     assert enabled == str(expected)
     assert f"oneDNN kernels {'on' if expected else 'off'}" in message
+
+
+THREADS_PROBE = """
+import tensorflow as tf
+from mintransformer.backend.runtime import configure_runtime
+print(configure_runtime())
+tf.ones(1) + 1.0
+print(tf.config.threading.get_inter_op_parallelism_threads())
+"""
+
+
+@tensorflow_only
+@pytest.mark.parametrize("setting", [None, "3"])
+def test_training_runs_an_inter_op_thread_per_core_unless_told_otherwise(setting):
+    lines = run_in_fresh_tensorflow(THREADS_PROBE, {"TF_NUM_INTEROP_THREADS": setting})
+    message, threads = lines[-2:]
+    expected = int(setting) if setting else len(os.sched_getaffinity(0))
+    assert int(threads) == expected
+    assert message.startswith(f"runtime: {expected} inter-op, ")
+
+
+def test_thread_counts_come_from_the_environment_when_it_gives_a_positive_number(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    for value, expected in [("4", 4), (" 2 ", 2), ("0", cores), ("-1", cores), ("many", cores)]:
+        monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", value)
+        assert thread_count("TF_NUM_INTRAOP_THREADS") == expected, value
+    monkeypatch.delenv("TF_NUM_INTRAOP_THREADS")
+    assert thread_count("TF_NUM_INTRAOP_THREADS") == cores

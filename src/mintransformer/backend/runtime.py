@@ -17,10 +17,13 @@ def configure_runtime() -> str:
     On TensorFlow, two settings, which take effect only before TensorFlow executes
     its first op (later they change nothing, and the message says so):
 
-    - one inter-op thread. TensorFlow runs independent ops of a graph side by side
-      (the inter-op pool), and each of them again on every core (the intra-op pool):
-      on a small CPU the two pools fight over the cores, and one inter-op thread
-      trains faster (docs/speed.md).
+    - one inter-op thread per core. TensorFlow runs independent ops of a graph side
+      by side (the inter-op pool), and each of them again on every core (the
+      intra-op pool). Most ops of a step are too small to spread over the cores,
+      so with a single inter-op thread a core sat idle while another ran them one
+      after the other (docs/speed.md). This is TensorFlow's own default, set here
+      so that the message can say what it is; `TF_NUM_INTEROP_THREADS` in the
+      environment chooses another count.
     - a pooling CPU allocator. With its oneDNN kernels on (importing mintransformer
       before TensorFlow turns them on: `mintransformer/__init__.py`), TensorFlow
       allocates from oneDNN's pool anyway. With them off, its default allocator
@@ -29,23 +32,37 @@ def configure_runtime() -> str:
       keeps the peak of the memory it ever held. A value of `TF_CPU_ALLOCATOR_USE_BFC`
       already in the environment is left as it is.
 
-    The message says which allocator was asked for and whether oneDNN is on.
+    The message says how many threads each pool has, which allocator was asked for
+    and whether oneDNN is on.
     """
     if keras.backend.backend() != "tensorflow":
         return "runtime: backend defaults"
     import tensorflow as tf
 
+    inter_op = thread_count("TF_NUM_INTEROP_THREADS")
     try:
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
     except RuntimeError:  # the runtime has started: its pools and allocator are fixed
         return "runtime: TensorFlow already started, threads and allocator unchanged"
     pooled = os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1").lower() in ("1", "true")
     allocator = "pooling (BFC) allocator" if pooled else "default allocator"
+    intra_op = thread_count("TF_NUM_INTRAOP_THREADS")
     onednn = "on" if onednn_enabled() else "off"
     return (
-        f"runtime: 1 inter-op, {os.cpu_count()} intra-op threads, {allocator}, "
+        f"runtime: {inter_op} inter-op, {intra_op} intra-op threads, {allocator}, "
         f"oneDNN kernels {onednn} (TensorFlow)"
     )
+
+
+def thread_count(variable: str) -> int:
+    """The thread count the environment `variable` gives (a positive integer), else
+    one thread per core this process may run on, as TensorFlow counts by default."""
+    value = os.environ.get(variable, "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def onednn_enabled() -> bool:
