@@ -66,8 +66,8 @@ def open_ctranslate2(run: Path, engine: str) -> Translate:
     import ctranslate2
     from tokenizers import Tokenizer
 
+    from mintransformer.core.cpu import usable_cores
     from mintransformer.data.text import normalize_text
-    from mintransformer.export.onnx_engine import usable_cores
 
     tokenizer = Tokenizer.from_file(str(run / "hf" / "tokenizer.json"))
     model = ctranslate2.Translator(

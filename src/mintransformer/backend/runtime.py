@@ -10,6 +10,8 @@ import random
 import keras
 import numpy as np
 
+from mintransformer.core.cpu import usable_cores
+
 
 def configure_runtime() -> str:
     """Sets up the backend's CPU runtime for training; returns what it did, for the log.
@@ -60,9 +62,7 @@ def thread_count(variable: str) -> int:
     value = os.environ.get(variable, "").strip()
     if value.isdigit() and int(value) > 0:
         return int(value)
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    return usable_cores()
 
 
 def onednn_enabled() -> bool:

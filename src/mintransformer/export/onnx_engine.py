@@ -11,7 +11,6 @@ open an export folder and return what `Translator`, `Classifier` and `Generator`
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -24,6 +23,7 @@ from mintransformer.config import (
     RunConfig,
     TranslationConfig,
 )
+from mintransformer.core.cpu import usable_cores
 from mintransformer.core.errors import CorruptFileError
 from mintransformer.data.tokenizer import Tokenizer
 from mintransformer.data.tokenizer_file import load_tokenizer
@@ -60,13 +60,6 @@ def inference_session(path: str | Path):
         raise CorruptFileError(
             path, f"is corrupt: onnxruntime cannot load it ({reason})", "export the run again"
         ) from None
-
-
-def usable_cores() -> int:
-    """How many cores this process may run on (its CPU affinity, where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 class KeyValueCache:
