@@ -264,6 +264,9 @@ class ClassificationConfig(_Config):
     dff: int = setting(256, "feed-forward inner width")
     key_dim: int | None = setting(None)
     dropout_rate: float = setting(0.3, "dropout rate")
+    attention_dropout_rate: float | None = setting(
+        None, "dropout on attention weights (none: the dropout rate)"
+    )
     pooling: str = setting("mean", "how token vectors become one", POOLINGS)
     hidden_units: int = setting(0)
     ngram_buckets: int = setting(0, "rows of a hashed bigram embedding (0: none)")

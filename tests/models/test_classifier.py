@@ -109,3 +109,25 @@ def test_stack_options_are_passed_on_and_saved(rng):
     np.testing.assert_allclose(
         to_numpy(model(ids, padding_mask=ids != 0)), to_numpy(padded(ids)), rtol=1e-5, atol=1e-6
     )
+
+
+def test_attention_dropout_rate_reaches_the_attention_layers_and_the_config(rng):
+    default = small_classifier(dropout_rate=0.2)
+    assert default.encoder.blocks[0].self_attention.dropout_rate == 0.2
+    model = small_classifier(dropout_rate=0.2, attention_dropout_rate=0.0)
+    block = model.encoder.blocks[0]
+    assert (block.self_attention.dropout_rate, block.ffn_dropout.rate) == (0.0, 0.2)
+    config = model.get_config()
+    assert config["attention_dropout_rate"] == 0.0
+    assert TextClassifier.from_config(config).get_config() == config
+    # Dropout only on the attention weights: a training pass differs from inference
+    # with it on, and equals inference with it off.
+    ids = token_batch(rng, [4, 6], 6)
+    only_attention = small_classifier(attention_dropout_rate=0.5)
+    without = small_classifier(attention_dropout_rate=0.0)
+    without.set_weights(only_attention.get_weights())
+    inference = to_numpy(only_attention(ids))
+    assert not np.allclose(to_numpy(only_attention(ids, training=True)), inference)
+    np.testing.assert_allclose(to_numpy(without(ids, training=True)), inference, rtol=1e-5)
+    with pytest.raises(ValueError, match="attention_dropout_rate"):
+        small_classifier(attention_dropout_rate=1.5)

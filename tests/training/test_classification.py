@@ -169,6 +169,21 @@ def test_bigram_and_schedule_flags_reach_the_config_and_the_model():
         cli.build_parser().parse_args([*argv, "--schedule", "cosine"])
 
 
+def test_the_attention_dropout_flag_reaches_the_config_and_the_model():
+    argv = ["train", "classification", "--run", "r", "--attention-dropout-rate", "0"]
+    overrides = flag_overrides(cli.build_parser().parse_args(argv), ClassificationConfig)
+    assert overrides == {"attention_dropout_rate": 0.0}
+    config = ClassificationConfig(
+        labels=["neg", "pos"], **{**TINY, "dropout_rate": 0.2, **overrides}
+    )
+    block = build_model(config, vocab_size=200).encoder.blocks[0]
+    assert block.self_attention.dropout_rate == 0.0
+    assert block.ffn_dropout.rate == 0.2
+    older = json.loads(config.to_json())
+    del older["attention_dropout_rate"]  # a run saved before the setting existed
+    assert ClassificationConfig.from_json(json.dumps(older)).attention_dropout_rate is None
+
+
 @pytest.mark.parametrize("split", ["--val", "--test"])
 def test_cli_refuses_an_unknown_label_before_training(capsys, tmp_path, csv_data, split):
     typo = tmp_path / "typo.jsonl"

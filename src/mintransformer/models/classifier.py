@@ -37,6 +37,7 @@ ENCODER_SETTINGS = (
     "ngram_dropout",
     "scale_embeddings",
     "use_bias",
+    "attention_dropout_rate",
 )
 
 
@@ -50,6 +51,8 @@ class TextClassifier(keras.Model):
         max_length: longest input sequence.
         num_classes: number of classes (2 for binary sentiment).
         dropout_rate: dropout in the encoder and before the head.
+        attention_dropout_rate: dropout on the attention weights; None (the
+            default): `dropout_rate`.
         pad_id: padding id; padded positions are masked everywhere. None: every
             token is real unless an explicit padding mask says otherwise.
         pooling: "mean" over real tokens, or "cls" (the first token's vector).
@@ -89,6 +92,7 @@ class TextClassifier(keras.Model):
         ngram_dropout=0.0,
         scale_embeddings=True,
         use_bias=True,
+        attention_dropout_rate=None,
         **kwargs,
     ):
         arguments = constructor_arguments(locals())

@@ -40,6 +40,7 @@ CLASSIFIER_FIELDS = (
     "key_dim",
     "ngram_buckets",
     "ngram_dropout",
+    "attention_dropout_rate",
 )
 
 
