@@ -62,6 +62,8 @@ class ClassifierShape:
 
     Attention has `num_heads` heads of width `key_dim` each (`key_dim` may exceed
     `d_model // num_heads`, as in `keras.layers.MultiHeadAttention(num_heads=4, key_dim=64)`).
+    `attention_dropout` 0: no dropout on the attention weights, as in the TensorFlow
+    tutorial's model, which has none.
     """
 
     num_layers: int
@@ -74,6 +76,7 @@ class ClassifierShape:
     length: int
     hidden: int = 64
     dropout: float = 0.1
+    attention_dropout: float | None = None  # on the attention weights; None: `dropout`
 
 
 def padded_ids(rng: np.random.Generator, batch: int, length: int, vocab: int) -> np.ndarray:

@@ -83,6 +83,8 @@ CONFIGS = {
         num_layers=1, d_model=64, num_heads=4, key_dim=16, dff=128, vocab=5000, batch=64, length=200
     ),
 }
+# B16 like for like with the tutorial's model, which has no dropout on the attention weights.
+CONFIGS["B16n"] = dataclasses.replace(CONFIGS["B16"], attention_dropout=0.0)
 TINY_CONFIGS = {
     "A": TranslationShape(
         num_layers=1,
@@ -102,6 +104,7 @@ TINY_CONFIGS = {
         num_layers=1, d_model=16, num_heads=2, key_dim=8, dff=32, vocab=100, batch=4, length=16
     ),
 }
+TINY_CONFIGS["B16n"] = dataclasses.replace(TINY_CONFIGS["B16"], attention_dropout=0.0)
 MATMUL_SIZE = 2048
 TINY_MATMUL_SIZE = 256
 LABEL_SMOOTHING = 0.1  # TranslationConfig's default, used by every translation implementation
@@ -298,6 +301,7 @@ def ours_classification(shape: ClassifierShape, precision: str) -> Callable[[], 
         pooling="mean",
         hidden_units=shape.hidden,
         key_dim=shape.key_dim,
+        attention_dropout_rate=shape.attention_dropout,
         dtype=keras_policy(precision),
     )
     model(ids[:1])
@@ -308,6 +312,7 @@ def ours_classification(shape: ClassifierShape, precision: str) -> Callable[[], 
         dff=shape.dff,
         key_dim=shape.key_dim,
         dropout_rate=shape.dropout,
+        attention_dropout_rate=shape.attention_dropout,
         hidden_units=shape.hidden,
         max_length=shape.length,
         labels=["negative", "positive"],
@@ -410,17 +415,17 @@ def candidates(
             lambda: keras_hub_classification(shape, precision),
             narrow["flops_per_step"],
         )
-    peers = [hub]
-    if precision == "fp32":  # the tutorial model is fp32 only
-        peers.append(
-            Candidate("tf-tutorial", "tf-xla", True, lambda: tf_tutorial(config, shape), flops)
-        )
+    tutorial = Candidate("tf-tutorial", "tf-xla", True, lambda: tf_tutorial(config, shape), flops)
     torch_name = "torch nn.Transformer" if config == "A" else "torch"
-    peers.append(
-        Candidate(
-            torch_name, "torch-eager", True, lambda: torch_peer(config, shape, precision), flops
-        )
+    torch = Candidate(
+        torch_name, "torch-eager", True, lambda: torch_peer(config, shape, precision), flops
     )
+    # keras-hub and torch drop attention weights at the dropout rate, with no way to
+    # switch that alone off; the tutorial model is fp32 only.
+    without_attention_dropout = getattr(shape, "attention_dropout", None) == 0.0
+    peers = [] if without_attention_dropout else [hub]
+    peers += [tutorial] if precision == "fp32" else []
+    peers += [] if without_attention_dropout else [torch]
     return {"ours": [ours], "peers": peers, "all": [ours, *peers]}[only]
 
 

@@ -3,6 +3,7 @@
 They check that the scripts run and write the JSON they promise, never how fast anything is.
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -45,7 +46,7 @@ def test_train_step_writes_timings_for_ours(tmp_path):
     )
     timed = {row["config"] for row in report["results"]}
     skipped = {skip["config"] for skip in report["skipped"]}
-    assert "A" in timed and timed | skipped == {"A", "B", "B16"}
+    assert "A" in timed and timed | skipped == {"A", "B", "B16", "B16n"}
     for row in report["results"]:
         assert row["implementation"] == "ours" and row["precision"] == "fp32"
         assert row["median_ms"] > 0 and row["tokens_per_s"] > 0 and row["gflops"] > 0
@@ -423,3 +424,20 @@ def test_cache_length_benchmark_refuses_more_steps_than_the_shortest_cache(capsy
     with pytest.raises(SystemExit):
         cache_length.parse_args(["--run", "r", "--src", "s", "--caches", "32,16", "--steps", "20"])
     assert "--steps 20 exceeds the shortest cache (16)" in capsys.readouterr().err
+
+
+def test_b16n_compares_only_implementations_without_attention_weight_dropout():
+    shape = train_step.CONFIGS["B16n"]
+    assert shape.attention_dropout == 0.0 and shape.dropout > 0
+    assert dataclasses.replace(shape, attention_dropout=None) == train_step.CONFIGS["B16"]
+
+    def names(precision):
+        found = train_step.candidates("B16n", shape, precision, "all")
+        return [candidate.implementation for candidate in found]
+
+    assert names("fp32") == ["ours", "tf-tutorial"]
+    assert names("bf16") == ["ours"]
+    assert "keras-hub" in [
+        c.implementation
+        for c in train_step.candidates("B16", train_step.CONFIGS["B16"], "fp32", "all")
+    ]
