@@ -133,13 +133,13 @@ def measure_products(
     """Times a `(size, size) @ (size, size)` product in fp32 and in bf16 on the backend.
 
     `warmup` untimed products of each precision come first: a fresh process's
-    first fp32 products run slower than its later ones (one warm-up product left
-    bf16 at 2.2x fp32 in a process's first measurement and 1.8x in its next ones).
-    Then the two precisions are timed in turns, and each speed is the fastest of
-    `repeats`: other work on the machine (another process, a data-loading thread)
-    only ever slows a product down, so the fastest is the one least disturbed,
-    where a median still moves with a burst of load that happens to fall on one
-    precision's products. `clock` reads the time in seconds.
+    first fp32 products run slower than its later ones, which would overstate
+    bf16's speed-up in the measurement a process makes first. Then the two
+    precisions are timed in turns, and each speed is the fastest of `repeats`:
+    other work on the machine (another process, a data-loading thread) only ever
+    slows a product down, so the fastest is the one least disturbed, where a median
+    still moves with a burst of load that happens to fall on one precision's
+    products. `clock` reads the time in seconds.
     """
     import numpy as np
     from keras import ops
