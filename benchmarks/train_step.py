@@ -83,7 +83,9 @@ CONFIGS = {
         num_layers=1, d_model=64, num_heads=4, key_dim=16, dff=128, vocab=5000, batch=64, length=200
     ),
 }
-# B16 like for like with the tutorial's model, which has no dropout on the attention weights.
+# B and B16 like for like with the tutorial's model, which has no dropout on the attention
+# weights.
+CONFIGS["Bn"] = dataclasses.replace(CONFIGS["B"], attention_dropout=0.0)
 CONFIGS["B16n"] = dataclasses.replace(CONFIGS["B16"], attention_dropout=0.0)
 TINY_CONFIGS = {
     "A": TranslationShape(
@@ -104,6 +106,7 @@ TINY_CONFIGS = {
         num_layers=1, d_model=16, num_heads=2, key_dim=8, dff=32, vocab=100, batch=4, length=16
     ),
 }
+TINY_CONFIGS["Bn"] = dataclasses.replace(TINY_CONFIGS["B"], attention_dropout=0.0)
 TINY_CONFIGS["B16n"] = dataclasses.replace(TINY_CONFIGS["B16"], attention_dropout=0.0)
 MATMUL_SIZE = 2048
 TINY_MATMUL_SIZE = 256

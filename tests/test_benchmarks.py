@@ -46,7 +46,7 @@ def test_train_step_writes_timings_for_ours(tmp_path):
     )
     timed = {row["config"] for row in report["results"]}
     skipped = {skip["config"] for skip in report["skipped"]}
-    assert "A" in timed and timed | skipped == {"A", "B", "B16", "B16n"}
+    assert "A" in timed and timed | skipped == {"A", "B", "Bn", "B16", "B16n"}
     for row in report["results"]:
         assert row["implementation"] == "ours" and row["precision"] == "fp32"
         assert row["median_ms"] > 0 and row["tokens_per_s"] > 0 and row["gflops"] > 0
@@ -426,13 +426,16 @@ def test_cache_length_benchmark_refuses_more_steps_than_the_shortest_cache(capsy
     assert "--steps 20 exceeds the shortest cache (16)" in capsys.readouterr().err
 
 
-def test_b16n_compares_only_implementations_without_attention_weight_dropout():
-    shape = train_step.CONFIGS["B16n"]
+@pytest.mark.parametrize(("config", "with_dropout"), [("Bn", "B"), ("B16n", "B16")])
+def test_the_n_configs_compare_only_implementations_without_attention_weight_dropout(
+    config, with_dropout
+):
+    shape = train_step.CONFIGS[config]
     assert shape.attention_dropout == 0.0 and shape.dropout > 0
-    assert dataclasses.replace(shape, attention_dropout=None) == train_step.CONFIGS["B16"]
+    assert dataclasses.replace(shape, attention_dropout=None) == train_step.CONFIGS[with_dropout]
 
     def names(precision):
-        found = train_step.candidates("B16n", shape, precision, "all")
+        found = train_step.candidates(config, shape, precision, "all")
         return [candidate.implementation for candidate in found]
 
     assert names("fp32") == ["ours", "tf-tutorial"]
