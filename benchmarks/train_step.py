@@ -83,10 +83,6 @@ CONFIGS = {
         num_layers=1, d_model=64, num_heads=4, key_dim=16, dff=128, vocab=5000, batch=64, length=200
     ),
 }
-# B and B16 like for like with the tutorial's model, which has no dropout on the attention
-# weights.
-CONFIGS["Bn"] = dataclasses.replace(CONFIGS["B"], attention_dropout=0.0)
-CONFIGS["B16n"] = dataclasses.replace(CONFIGS["B16"], attention_dropout=0.0)
 TINY_CONFIGS = {
     "A": TranslationShape(
         num_layers=1,
@@ -106,8 +102,11 @@ TINY_CONFIGS = {
         num_layers=1, d_model=16, num_heads=2, key_dim=8, dff=32, vocab=100, batch=4, length=16
     ),
 }
-TINY_CONFIGS["Bn"] = dataclasses.replace(TINY_CONFIGS["B"], attention_dropout=0.0)
-TINY_CONFIGS["B16n"] = dataclasses.replace(TINY_CONFIGS["B16"], attention_dropout=0.0)
+# Bn and B16n: B and B16 like for like with the tutorial's model, which has no dropout on
+# the attention weights.
+for _configs in (CONFIGS, TINY_CONFIGS):
+    for _name in ("B", "B16"):
+        _configs[f"{_name}n"] = dataclasses.replace(_configs[_name], attention_dropout=0.0)
 MATMUL_SIZE = 2048
 TINY_MATMUL_SIZE = 256
 LABEL_SMOOTHING = 0.1  # TranslationConfig's default, used by every translation implementation
