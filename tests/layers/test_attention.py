@@ -5,8 +5,12 @@ import pytest
 from hypothesis import given, settings
 
 from mintransformer import reference
-from mintransformer.layers.attention import MultiHeadAttention, scaled_dot_product_attention
-from tests.conftest import to_numpy
+from mintransformer.layers.attention import (
+    MultiHeadAttention,
+    attend,
+    scaled_dot_product_attention,
+)
+from tests.conftest import to_numpy, value_and_gradients
 
 pytestmark = pytest.mark.core
 
@@ -33,6 +37,78 @@ def test_attention_matches_float64_reference(shape, seed, masked):
     ref_out, ref_weights = reference.attention(q, k, v, mask)
     assert relative_error(to_numpy(out), ref_out) <= 1e-5
     assert relative_error(to_numpy(weights), ref_weights) <= 1e-5
+
+
+def attend_reference(q, k, v, mask, kept, upstream):
+    """`attend`'s output and the gradients of `sum(output * upstream)` for q, k and v, by
+    the chain rule through the weights in float64 (the softmax's gradient from the full
+    weight rows, not from the output as `attend` takes it)."""
+    q, k, v, kept, upstream = (np.asarray(a, np.float64) for a in (q, k, v, kept, upstream))
+    _, weights = reference.attention(q, k, v, mask)
+    dropped = weights * kept
+    d_weights = (upstream @ np.swapaxes(v, -1, -2)) * kept
+    d_scores = weights * (d_weights - (d_weights * weights).sum(-1, keepdims=True))
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    d_q = d_scores @ k * scale
+    d_k = np.swapaxes(d_scores, -1, -2) @ q * scale
+    d_v = np.swapaxes(dropped, -1, -2) @ upstream
+    return dropped @ v, [d_q, d_k, d_v]
+
+
+@pytest.mark.parametrize("with_dropout", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_attend_and_its_gradient_match_float64_chain_rule(masked, with_dropout):
+    rng = np.random.default_rng(11)
+    q = rng.normal(size=(2, 3, 5, 4)).astype("float32")
+    k = rng.normal(size=(2, 3, 6, 4)).astype("float32")
+    v = rng.normal(size=(2, 3, 6, 7)).astype("float32")
+    upstream = rng.normal(size=(2, 3, 5, 7)).astype("float32")
+    mask = None
+    if masked:  # padding keys and a causal-like pattern; every row keeps a key
+        mask = rng.random((2, 1, 5, 6)) > 0.4
+        mask[..., 0] = True
+    kept = np.ones((2, 3, 5, 6), "float32")
+    if with_dropout:
+        kept = np.where(rng.random(kept.shape) < 0.3, 0.0, 1 / 0.7).astype("float32")
+
+    def weighted_sum(q, k, v):
+        output = attend(q, k, v, mask, kept if with_dropout else None)
+        return keras.ops.sum(output * keras.ops.convert_to_tensor(upstream))
+
+    value, gradients = value_and_gradients(weighted_sum, q, k, v)
+    want_output, want_gradients = attend_reference(q, k, v, mask, kept, upstream)
+    terms = want_output * upstream
+    assert float(value) == pytest.approx(terms.sum(), abs=1e-6 * np.abs(terms).sum())
+    output = to_numpy(attend(q, k, v, mask, kept if with_dropout else None))
+    assert relative_error(output, want_output) <= 1e-5
+    for got, want in zip(gradients, want_gradients, strict=True):
+        assert relative_error(got, want) <= 1e-5
+
+
+def test_attend_in_bf16_is_close_to_float64_and_keeps_bf16():
+    rng = np.random.default_rng(12)
+    arrays = [rng.normal(size=(2, 2, 9, 8)).astype("float32") for _ in range(3)]
+    upstream = rng.normal(size=(2, 2, 9, 8)).astype("float32")
+    rounded = [to_numpy(keras.ops.cast(keras.ops.cast(a, "bfloat16"), "float32")) for a in arrays]
+
+    def weighted_sum(q, k, v):
+        q, k, v = (keras.ops.cast(x, "bfloat16") for x in (q, k, v))
+        output = attend(q, k, v)
+        assert keras.backend.standardize_dtype(output.dtype) == "bfloat16"
+        weighted = keras.ops.cast(output, "float32") * keras.ops.convert_to_tensor(upstream)
+        return keras.ops.sum(weighted)
+
+    _, gradients = value_and_gradients(weighted_sum, *arrays)
+    _, want_gradients = attend_reference(*rounded, None, np.ones((2, 2, 9, 9)), upstream)
+    for got, want in zip(gradients, want_gradients, strict=True):
+        assert relative_error(got, want) <= 3e-2
+
+
+def test_attend_leaves_rows_with_no_key_finite_for_the_caller_to_zero():
+    q, k, v = (np.ones((1, 1, 2, 4), "float32") for _ in range(3))
+    mask = np.array([[[[True, True], [False, False]]]])
+    output = to_numpy(attend(q, k, v, mask))
+    assert np.isfinite(output).all()
 
 
 def test_fully_masked_row_gives_zero_weights_and_no_nan():

@@ -87,3 +87,15 @@ def test_dropout_draws_the_same_mask_in_a_step_compiled_with_xla_on_tensorflow()
     got = tf.function(lambda x: compiled(x, training=True), jit_compile=True)(inputs)
     np.testing.assert_array_equal(to_numpy(got), to_numpy(expected))
     assert 0.25 < np.mean(to_numpy(got) == 0) < 0.35
+
+
+def test_mask_is_zero_or_the_kept_scale_at_about_rate_and_new_each_call():
+    layer = Dropout(0.25, seed=5)
+    first = to_numpy(layer.mask((16, 4, 30, 33), "float32"))  # odd last axis
+    second = to_numpy(layer.mask((16, 4, 30, 33), "float32"))
+    assert first.shape == (16, 4, 30, 33)
+    assert set(np.unique(first)) == {0.0, np.float32(kept_scale(0.25))}
+    tolerance = 4 * np.sqrt(0.25 * 0.75 / first.size)
+    assert abs((first == 0).mean() - 0.25) < tolerance
+    assert not np.array_equal(first, second)
+    assert keras.backend.standardize_dtype(layer.mask((2, 3), "bfloat16").dtype) == "bfloat16"

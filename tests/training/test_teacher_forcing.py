@@ -14,10 +14,10 @@ pytestmark = pytest.mark.core
 EPS = 0.1
 
 
-def reference(hidden, kernel, bias, labels, eps, pad_id=0):
+def reference(hidden, table, bias, labels, eps, pad_id=0):
     """Loss sum, right count, real count and the gradients, in float64 NumPy."""
-    hidden, kernel = hidden.astype("float64"), kernel.astype("float64")
-    logits = hidden @ kernel + (0.0 if bias is None else bias.astype("float64"))
+    hidden, table = hidden.astype("float64"), table.astype("float64")
+    logits = hidden @ table.T + (0.0 if bias is None else bias.astype("float64"))
     shifted = logits - logits.max(-1, keepdims=True)
     log_probabilities = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     probabilities = np.exp(log_probabilities)
@@ -27,7 +27,7 @@ def reference(hidden, kernel, bias, labels, eps, pad_id=0):
     real = (labels != pad_id).astype("float64")
     losses = -(target * log_probabilities).sum(-1)
     logit_gradient = real[:, None] * (probabilities - target)
-    gradients = [logit_gradient @ kernel.T, hidden.T @ logit_gradient]
+    gradients = [logit_gradient @ table, logit_gradient.T @ hidden]
     if bias is not None:
         gradients.append(logit_gradient.sum(0))
     right = (logits.argmax(-1) == labels) * real
@@ -39,20 +39,20 @@ def reference(hidden, kernel, bias, labels, eps, pad_id=0):
 def test_projected_cross_entropy_matches_a_float64_reference(with_bias, eps):
     rng = np.random.default_rng(3)
     hidden = rng.normal(size=(7, 5)).astype("float32")
-    kernel = rng.normal(size=(5, 11)).astype("float32")
+    table = rng.normal(size=(11, 5)).astype("float32")
     bias = rng.normal(size=(11,)).astype("float32") if with_bias else None
     labels = np.array([3, 3, 0, 7, 10, 0, 1])  # two padding rows, a repeated label
 
-    def loss_sum(hidden, kernel, *bias):
+    def loss_sum(hidden, table, *bias):
         return projected_cross_entropy(
-            hidden, kernel, bias[0] if bias else None, labels, eps, pad_id=0
+            hidden, table, bias[0] if bias else None, labels, eps, pad_id=0
         )[0]
 
-    arrays = [hidden, kernel] + ([bias] if with_bias else [])
+    arrays = [hidden, table] + ([bias] if with_bias else [])
     value, gradients = value_and_gradients(loss_sum, *arrays)
-    _, correct, real = projected_cross_entropy(hidden, kernel, bias, labels, eps, pad_id=0)
+    _, correct, real = projected_cross_entropy(hidden, table, bias, labels, eps, pad_id=0)
     want_value, want_correct, want_real, want_gradients = reference(
-        hidden, kernel, bias, labels, eps
+        hidden, table, bias, labels, eps
     )
     assert float(value) == pytest.approx(want_value, rel=1e-5)
     assert float(to_numpy(correct)) == want_correct
@@ -67,20 +67,20 @@ def test_projected_cross_entropy_in_bf16_is_close_to_float64_and_returns_float32
     softmax run in bf16, the sums and the gradients stay float32."""
     rng = np.random.default_rng(5)
     hidden = rng.normal(size=(64, 16)).astype("float32")
-    kernel = (0.5 * rng.normal(size=(16, 50))).astype("float32")
+    table = (0.5 * rng.normal(size=(50, 16))).astype("float32")
     bias = (0.1 * rng.normal(size=(50,))).astype("float32")
     labels = rng.integers(0, 50, size=64)
 
-    def loss_sum(hidden, kernel, bias):
+    def loss_sum(hidden, table, bias):
         bf16_hidden = keras.ops.cast(hidden, "bfloat16")
-        loss, _, _ = projected_cross_entropy(bf16_hidden, kernel, bias, labels, EPS, pad_id=0)
+        loss, _, _ = projected_cross_entropy(bf16_hidden, table, bias, labels, EPS, pad_id=0)
         assert keras.backend.standardize_dtype(loss.dtype) == "float32"
         return loss
 
-    value, gradients = value_and_gradients(loss_sum, hidden, kernel, bias)
+    value, gradients = value_and_gradients(loss_sum, hidden, table, bias)
     # The reference sees the operands as bf16 rounds them.
     rounded = [
-        to_numpy(keras.ops.cast(keras.ops.cast(a, "bfloat16"), "float32")) for a in (hidden, kernel)
+        to_numpy(keras.ops.cast(keras.ops.cast(a, "bfloat16"), "float32")) for a in (hidden, table)
     ]
     want_value, _, _, want_gradients = reference(*rounded, bias, labels, EPS)
     assert float(value) == pytest.approx(want_value, rel=1e-2)
@@ -93,13 +93,13 @@ def test_projected_cross_entropy_stays_finite_when_a_label_has_probability_zero(
     """Logits hundreds apart: p[label] underflows float32, the loss must still be exact."""
     rng = np.random.default_rng(4)
     hidden = (60.0 * rng.normal(size=(6, 5))).astype("float32")
-    kernel = rng.normal(size=(5, 11)).astype("float32")
+    table = rng.normal(size=(11, 5)).astype("float32")
     labels = np.array([1, 4, 9, 2, 5, 8])
-    logits = hidden.astype("float64") @ kernel
+    logits = hidden.astype("float64") @ table.T
     gaps = logits.max(-1) - logits[np.arange(6), labels]
     assert gaps.max() > 120  # exp(-120) is below float32's smallest positive number
-    loss, _, _ = projected_cross_entropy(hidden, kernel, None, labels, EPS, pad_id=0)
-    want, _, _, _ = reference(hidden, kernel, None, labels, EPS)
+    loss, _, _ = projected_cross_entropy(hidden, table, None, labels, EPS, pad_id=0)
+    want, _, _, _ = reference(hidden, table, None, labels, EPS)
     assert np.isfinite(float(to_numpy(loss)))
     assert float(to_numpy(loss)) == pytest.approx(want, rel=1e-5)
 

@@ -48,13 +48,27 @@ def dropout(inputs, rate: float, seed_generator: keras.random.SeedGenerator):
     """
     if keras.backend.backend() != "tensorflow" or not 0.0 < rate < 1.0:
         return keras.random.dropout(inputs, rate, seed=seed_generator)
+    # A product with a mask of 0 and the scale: its gradient is one more product, where
+    # a select's would be a select and a product.
+    return inputs * dropout_mask(keras.ops.shape(inputs), inputs.dtype, rate, seed_generator)
+
+
+def dropout_mask(shape, dtype, rate: float, seed_generator: keras.random.SeedGenerator):
+    """The factor `dropout` multiplies by: 0 with probability `rate`, else 1 / (1 - rate).
+
+    For a caller that applies the mask itself, e.g. inside a hand-written gradient.
+    On TensorFlow the 16-bit random words of `dropout`; elsewhere `keras.random.dropout`
+    of ones.
+    """
+    if keras.backend.backend() != "tensorflow" or not 0.0 < rate < 1.0:
+        return keras.random.dropout(keras.ops.ones(shape, dtype), rate, seed=seed_generator)
     import tensorflow as tf
 
     threshold = round(rate * RANDOM_WORD_LEVELS)  # a word below it drops its element
     if not 0 < threshold < RANDOM_WORD_LEVELS:
-        return keras.random.dropout(inputs, rate, seed=seed_generator)
+        return keras.random.dropout(keras.ops.ones(shape, dtype), rate, seed=seed_generator)
     seed = tf.cast(tf.math.floormod(seed_generator.next(), tf.int32.max - 1), tf.int32)
-    shape = tf.shape(inputs)
+    shape = tf.convert_to_tensor(shape, tf.int32)
     last = shape[-1]
     word_shape = tf.concat([shape[:-1], [(last + 1) // 2]], axis=0)
     # Philox is what the default ("auto select") picks; named, XLA (jit_compile) also runs
@@ -64,10 +78,8 @@ def dropout(inputs, rate: float, seed_generator: keras.random.SeedGenerator):
     )
     halves = tf.reshape(tf.bitcast(words, tf.uint16), tf.concat([shape[:-1], [-1]], axis=0))
     keep = halves[..., :last] >= threshold
-    scale = tf.constant(RANDOM_WORD_LEVELS / (RANDOM_WORD_LEVELS - threshold), inputs.dtype)
-    # A product with a mask of 0 and `scale`: its gradient is one more product, where
-    # a select's would be a select and a product.
-    return inputs * tf.where(keep, scale, tf.zeros((), inputs.dtype))
+    scale = tf.constant(RANDOM_WORD_LEVELS / (RANDOM_WORD_LEVELS - threshold), dtype)
+    return tf.where(keep, scale, tf.zeros((), dtype))
 
 
 def layer_norm(x, gamma, beta, epsilon: float):

@@ -85,6 +85,70 @@ def scaled_dot_product_attention(query, key, value, mask=None):
     return ops.matmul(ops.cast(weights, value.dtype), value), weights
 
 
+def attend(query, key, value, mask=None, dropout_mask=None):
+    """Attention's output for training, `softmax(Q K^T / sqrt(d_k)) V`, with a
+    hand-written gradient and no weights returned.
+
+    Backward, the softmax's gradient `w * (g - rowsum(g * w))` needs one dot product per
+    weight row; it equals `rowsum(d_out * out)`, the same row of the output against its
+    gradient (what FlashAttention uses), a pass over `(query_length, depth)` instead
+    of two over the `(query_length, key_length)` maps. That holds with dropout too,
+    since the output is made of the dropped weights.
+
+    Args:
+        query: `(batch, heads, query_length, depth)`.
+        key: `(batch, heads, key_length, depth)`.
+        value: `(batch, heads, key_length, value_depth)`.
+        mask: optional bool, broadcastable to `(batch, heads, query_length, key_length)`;
+            True = may attend. A row with no key left is uniform, as `masked_softmax`
+            with `zero_masked_rows=False`: the caller zeroes its output (`has_keys`).
+        dropout_mask: optional `(batch, heads, query_length, key_length)` factors of 0
+            and 1 / (1 - rate) in `value`'s dtype, multiplied into the weights.
+
+    Returns:
+        `(batch, heads, query_length, value_depth)` in `value`'s dtype.
+    """
+    scale = 1.0 / math.sqrt(query.shape[-1])
+    extras = []
+    if mask is not None:
+        extras.append(ops.cast(ops.where(mask, 0.0, _MASKED_SCORE), query.dtype))
+    if dropout_mask is not None:
+        extras.append(ops.convert_to_tensor(dropout_mask))
+
+    @ops.custom_gradient
+    def attended(query, key, value, *extras):
+        bias = extras[0] if mask is not None else None
+        kept = extras[-1] if dropout_mask is not None else None
+        # Product, scale and mask in the queries' dtype, a pattern TensorFlow's oneDNN
+        # kernels run as one fused product; the softmax is float32 even under bf16.
+        scores = ops.matmul(query, ops.swapaxes(key, -1, -2)) * ops.cast(scale, query.dtype)
+        if bias is not None:
+            scores = scores + bias
+        weights = ops.softmax(ops.cast(scores, "float32"), axis=-1)
+        dropped = ops.cast(weights, value.dtype)
+        if kept is not None:
+            dropped = dropped * kept
+        output = ops.matmul(dropped, value)
+
+        def gradient(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            d_value = ops.matmul(ops.swapaxes(dropped, -1, -2), upstream)
+            d_dropped = ops.matmul(upstream, ops.swapaxes(value, -1, -2))
+            if kept is not None:
+                d_dropped = d_dropped * kept
+            row_sums = ops.sum(
+                ops.cast(upstream, "float32") * ops.cast(output, "float32"), -1, keepdims=True
+            )
+            d_scores = ops.cast(weights * (ops.cast(d_dropped, "float32") - row_sums), query.dtype)
+            d_query = ops.matmul(d_scores, key) * ops.cast(scale, query.dtype)
+            d_key = ops.matmul(ops.swapaxes(d_scores, -1, -2), query) * ops.cast(scale, key.dtype)
+            return (d_query, d_key, d_value, *[None] * len(extras))
+
+        return output, gradient
+
+    return attended(*(ops.convert_to_tensor(x) for x in (query, key, value)), *extras)
+
+
 def fused_attention(query, key, value, mask=None):
     """`scaled_dot_product_attention`'s output from the backend's fused kernel (no weights).
 
@@ -210,15 +274,21 @@ class MultiHeadAttention(keras.layers.Layer):
         if not (return_attention_weights or dropout_active) and prefers_fused_attention():
             attended = fused_attention(queries, keys, values, attention_mask)
             return per_position(self.output_dense, self.merge_heads(attended))
-        weights = attention_weights(queries, keys, attention_mask, return_attention_weights)
-        dropped = self.weights_dropout(ops.cast(weights, values.dtype), training=training)
-        attended = ops.matmul(dropped, values)
-        if attention_mask is not None and not return_attention_weights:
-            attended = attended * has_keys(attention_mask, attended.dtype)
-        output = per_position(self.output_dense, self.merge_heads(attended))
         if return_attention_weights:
-            return output, weights
-        return output
+            weights = attention_weights(queries, keys, attention_mask)
+            dropped = self.weights_dropout(ops.cast(weights, values.dtype), training=training)
+            attended = ops.matmul(dropped, values)
+            return per_position(self.output_dense, self.merge_heads(attended)), weights
+        kept = None
+        if dropout_active:
+            batch, heads, query_length = ops.shape(queries)[:3]
+            kept = self.weights_dropout.mask(
+                (batch, heads, query_length, ops.shape(keys)[2]), values.dtype
+            )
+        attended = attend(queries, keys, values, attention_mask, kept)
+        if attention_mask is not None:
+            attended = attended * has_keys(attention_mask, attended.dtype)
+        return per_position(self.output_dense, self.merge_heads(attended))
 
     def get_config(self):
         return config_with(super().get_config(), self, self.ARGUMENTS)

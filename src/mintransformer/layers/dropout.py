@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from mintransformer.backend.kernels import dropout
+from mintransformer.backend.kernels import dropout, dropout_mask
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
@@ -24,3 +24,8 @@ class Dropout(keras.layers.Dropout):
         if training and self.rate > 0 and self.noise_shape is None:
             return dropout(inputs, self.rate, self.seed_generator)
         return super().call(inputs, training=training)
+
+    def mask(self, shape, dtype):
+        """The training-time factor `(shape)` of 0 and 1 / (1 - rate) this layer multiplies
+        by, for a caller that applies it itself; draws from the layer's seed generator."""
+        return dropout_mask(shape, dtype, self.rate, self.seed_generator)

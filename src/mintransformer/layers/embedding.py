@@ -203,9 +203,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         x = self.position_embedding(x, start_index=start_index)
         return self.dropout(x, training=training)
 
+    def token_table(self):
+        """The token embeddings, `(vocab, d_model)`, as a tensor."""
+        return ops.convert_to_tensor(self.token_embedding.embeddings)
+
     def output_kernel(self, dtype=None):
         """The token table transposed, `(d_model, vocab)`: the tied output projection's kernel."""
-        table = ops.convert_to_tensor(self.token_embedding.embeddings)
+        table = self.token_table()
         return ops.transpose(table if dtype is None else ops.cast(table, dtype))
 
     def logits(self, x):

@@ -184,6 +184,14 @@ class Transformer(keras.Model):
             return self.decoder.embedding.output_kernel(), None
         return self.output_projection.kernel, self.output_projection.bias
 
+    def output_table(self):
+        """The output projection as `(table (vocab, d_model), bias (vocab,) or None)`, one
+        row per token: what the training loss takes. Tied, it is the target embedding
+        table itself, so the loss's gradient reaches the table with no transpose."""
+        if self.output_projection is None:
+            return self.decoder.embedding.token_table(), None
+        return ops.transpose(self.output_projection.kernel), self.output_projection.bias
+
     def project(self, hidden):
         """Decoder output `(batch, length, d_model)` -> float32 vocabulary logits.
 

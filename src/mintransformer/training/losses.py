@@ -41,8 +41,8 @@ def row_entries(matrix, columns):
     return ops.take_along_axis(matrix, columns[:, None], axis=1)[:, 0]
 
 
-def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float, pad_id: int):
-    """`MaskedLoss` of the logits `hidden @ kernel + bias`, with its gradient computed at once.
+def projected_cross_entropy(hidden, table, bias, labels, label_smoothing: float, pad_id: int):
+    """`MaskedLoss` of the logits `hidden @ table^T + bias`, with its gradient computed at once.
 
     Differentiating the loss step by step would make and read several
     `(rows, vocab)` tensors (log-softmax, smoothing, the gradients of each).
@@ -50,8 +50,12 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
     gradient with respect to the logits is `softmax + (eps - 1) * one_hot(label)
     - eps / vocab`, and everything but the softmax is applied to the weight
     gradients directly (a gather, a scatter-add and a rank-one term). The
-    gradients of `hidden`, `kernel` and `bias` are multiplied out in the forward
+    gradients of `hidden`, `table` and `bias` are multiplied out in the forward
     pass, so backpropagation only scales them.
+
+    The projection comes as a token table, `(vocab, d_model)`, the layout of a tied
+    embedding: the labels' rows are a gather of whole rows, and neither the table nor
+    its gradient is ever transposed (the products take their operands transposed).
 
     The `(rows, vocab)` work (the logits, their softmax and the two products
     with it) runs in `hidden`'s dtype: bf16 under mixed precision, as every
@@ -62,7 +66,7 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
     Args:
         hidden: `(rows, d_model)` decoder outputs (float32, or bfloat16 under
             mixed precision).
-        kernel: `(d_model, vocab)` output projection.
+        table: `(vocab, d_model)` output projection, one row per token.
         bias: `(vocab,)`, or None.
         labels: int `(rows,)`.
         label_smoothing: eps in [0, 1).
@@ -76,7 +80,7 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
     eps = label_smoothing
     labels = ops.cast(labels, "int32")
     real = ops.cast(ops.not_equal(labels, pad_id), "float32")
-    vocab = int(kernel.shape[1])
+    vocab = int(table.shape[0])
     product_dtype = keras.backend.standardize_dtype(hidden.dtype)
 
     def in_product_dtype(x):
@@ -85,14 +89,14 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
     def to_float32(x):
         return ops.cast(x, "float32")
 
-    parameters = [to_float32(hidden), to_float32(kernel)]
+    parameters = [to_float32(hidden), to_float32(table)]
     if bias is not None:
         parameters.append(to_float32(bias))
 
     @ops.custom_gradient
-    def summed(labels, real, hidden, kernel, *bias):
-        product_kernel = in_product_dtype(kernel)
-        logits = ops.matmul(in_product_dtype(hidden), product_kernel)
+    def summed(labels, real, hidden, table, *bias):
+        product_table = in_product_dtype(table)
+        logits = ops.matmul(in_product_dtype(hidden), ops.transpose(product_table))
         if bias:
             logits = logits + in_product_dtype(bias[0])
         probabilities = ops.softmax(logits, axis=-1)
@@ -102,9 +106,9 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
             to_float32(row_entries(probabilities, best))
         )
         true_logit = to_float32(row_entries(logits, labels))
-        label_columns = ops.transpose(ops.take(kernel, labels, axis=1))  # (rows, d_model)
-        mean_column = ops.mean(kernel, axis=1)  # (d_model,)
-        mean_logit = ops.matmul(hidden, mean_column)
+        label_rows = ops.take(table, labels, axis=0)  # (rows, d_model)
+        mean_row = ops.mean(table, axis=0)  # (d_model,)
+        mean_logit = ops.matmul(hidden, mean_row)
         if bias:
             mean_logit = mean_logit + ops.mean(bias[0])
         # -(1 - eps) log p[label] - eps mean(log p)
@@ -117,16 +121,16 @@ def projected_cross_entropy(hidden, kernel, bias, labels, label_smoothing: float
         # the softmax goes through the matrix products, the rest is applied to them directly.
         real_hidden = hidden * real[:, None]
         d_hidden = real[:, None] * (
-            to_float32(ops.matmul(probabilities, ops.transpose(product_kernel)))
-            + (eps - 1.0) * label_columns
-            - eps * mean_column
+            to_float32(ops.matmul(probabilities, product_table))
+            + (eps - 1.0) * label_rows
+            - eps * mean_row
         )
-        d_kernel = (
-            to_float32(ops.matmul(ops.transpose(in_product_dtype(real_hidden)), probabilities))
-            + (eps - 1.0) * ops.transpose(ops.segment_sum(real_hidden, labels, num_segments=vocab))
-            - (eps / vocab) * ops.sum(real_hidden, axis=0)[:, None]
+        d_table = (
+            to_float32(ops.matmul(ops.transpose(probabilities), in_product_dtype(real_hidden)))
+            + (eps - 1.0) * ops.segment_sum(real_hidden, labels, num_segments=vocab)
+            - (eps / vocab) * ops.sum(real_hidden, axis=0)
         )
-        gradients = [d_hidden, d_kernel]
+        gradients = [d_hidden, d_table]
         if bias:
             label_counts = ops.segment_sum(real, labels, num_segments=vocab)
             d_bias = (

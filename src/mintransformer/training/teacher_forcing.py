@@ -54,11 +54,11 @@ class TeacherForcing(keras.Model):
             logits = self.transformer.project(y_pred)
             self.accuracy.update_state(y, logits)
             return self.validation_loss(y, logits)
-        kernel, bias = self.transformer.output_weights()
+        table, bias = self.transformer.output_table()
         width = y_pred.shape[-1]
         loss_sum, correct, real = projected_cross_entropy(
             ops.reshape(y_pred, (-1, width)),
-            kernel,
+            table,
             bias,
             ops.reshape(y, (-1,)),
             self.label_smoothing,
