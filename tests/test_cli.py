@@ -214,7 +214,10 @@ def test_demo_twice_in_its_default_folder_replaces_its_own_run(
     assert [path for path, _ in demo_trainings] == [Path("runs/numbers")] * 2
     (tmp_path / "empty").mkdir()
     new_run(tmp_path / "other-size", demo_run_config(num_train=500))
-    for folder in ("empty", "other-size"):
+    earlier = demo_run_config()
+    earlier.epochs = 6  # the demo of earlier releases
+    new_run(tmp_path / "earlier-release", earlier, "model.npz")
+    for folder in ("empty", "other-size", "earlier-release"):
         assert run_cli(capsys, "demo", "--run", folder, "--verbose", "0")[0] == 0
 
 

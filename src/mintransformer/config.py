@@ -301,10 +301,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "translation": {
         "base": {},
         # The embedded demo: small enough to train in about two minutes on two CPU cores.
-        # 1500-token batches (twice the steps of 3000) are what gets every number below 1000
-        # right (docs/translation.md#the-demo).
+        # 1500-token batches (twice the steps of 3000) and a seventh epoch are what gets every
+        # number below 1000 right, at every seed tried (docs/translation.md#the-demo).
         "numbers": dict(num_layers=2, d_model=128, dff=512, dropout_rate=0.0, vocab_size=600,
-                        epochs=6, max_tokens=1500, warmup_steps=300, peak_learning_rate=2e-3,
+                        epochs=7, max_tokens=1500, warmup_steps=300, peak_learning_rate=2e-3,
                         max_length=64, schedule="linear"),
     },
     "classification": {

@@ -23,12 +23,20 @@ from mintransformer.inference.translator import Translator
 from mintransformer.runs.directory import RunDirectory
 from mintransformer.training import loop, translation
 
+EARLIER_DEMO_SETTINGS = ({"epochs": 6},)
+"""How the `numbers` preset differed in earlier releases: their demo runs are replaced too."""
+
 
 def is_demo_run(config: TranslationConfig) -> bool:
-    """Whether `config` is one the demo writes: the `numbers` preset, unchanged, on the
-    numbers corpus."""
-    demo = make_config("translation", "numbers", data=config.data)
-    return config.data.get("kind") == "numbers" and config == demo
+    """Whether `config` is one the demo writes, or wrote in an earlier release: the
+    `numbers` preset, unchanged, on the numbers corpus."""
+    if config.data.get("kind") != "numbers":
+        return False
+    demos = [{}, *EARLIER_DEMO_SETTINGS]
+    return any(
+        config == make_config("translation", "numbers", data=config.data, **settings)
+        for settings in demos
+    )
 
 
 def check_replaceable(path: str | Path) -> None:
