@@ -290,7 +290,7 @@ def test_the_demo_corpus_gives_every_magnitude_and_length_a_share_the_model_lear
     barely seen it end. Repeating training numbers until each magnitude holds a tenth of the
     30,000 and each English length a twentieth gives 0-99 7.6% of the pairs, 0-20 2.2% and
     two-word numbers 3.8%, and the demo model then translated all of 0-999 exactly
-    (docs/translation.md#the-demo; tests/test_demo.py trains it and checks).
+    (docs/translation.md#the-demo; tests/test_end_to_end.py trains it and checks).
     """
     spec = numbers_spec(num_train=30_000)
     numbers = number_splits(spec)
