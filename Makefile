@@ -1,21 +1,31 @@
 # Two entry points: `make demo` (the main job) and `make test` (what CI runs).
-# Both create .venv (reusing packages already installed system-wide) and install the project.
+# Both create .venv (reusing packages already installed system-wide) and install the project:
+# the demo only what it and the commands it suggests run (TensorFlow, plots, the server),
+# the tests everything, and the browser the page's test drives.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+DEMO_EXTRAS := tensorflow,viz,serve
 
-.PHONY: install demo test lint
+.PHONY: install demo test lint browser
 
 install: $(VENV)/.installed
+
+$(VENV)/.demo-installed: pyproject.toml
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(BIN)/python -m pip install -q -e ".[$(DEMO_EXTRAS)]"
+	touch $@
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(BIN)/python -m pip install -q -e ".[all,test]"
-	.ci/install-browser
-	touch $@
+	touch $(VENV)/.demo-installed $@
 
-demo: install
+demo: $(VENV)/.demo-installed
 	$(BIN)/mintransformer demo
+
+browser:
+	.ci/install-browser
 
 lint: install
 	$(BIN)/python -m ruff check src tests benchmarks
@@ -33,7 +43,7 @@ lint: install
 TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 QUICK_XLA := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true
-test: lint
+test: lint browser
 	KERAS_BACKEND=tensorflow XLA_FLAGS="$(QUICK_XLA)" $(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) --durations=25
 	KERAS_BACKEND=jax XLA_FLAGS="$(QUICK_XLA)" $(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) -m core
 	KERAS_BACKEND=torch $(BIN)/python -m pytest -q -p no:cacheprovider -m core

@@ -1,5 +1,6 @@
 """The command line: arguments to library calls, clear errors, nothing lost."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -214,10 +215,11 @@ def test_demo_twice_in_its_default_folder_replaces_its_own_run(
     assert [path for path, _ in demo_trainings] == [Path("runs/numbers")] * 2
     (tmp_path / "empty").mkdir()
     new_run(tmp_path / "other-size", demo_run_config(num_train=500))
-    earlier = demo_run_config()
-    earlier.epochs = 6  # the demo of earlier releases
-    new_run(tmp_path / "earlier-release", earlier, "model.npz")
-    for folder in ("empty", "other-size", "earlier-release"):
+    # The demos of earlier releases: six epochs, then seven, both of LayerNorm epsilon 1e-6.
+    for epochs in (6, 7):
+        earlier = dataclasses.replace(demo_run_config(), epochs=epochs, layer_norm_epsilon=1e-6)
+        new_run(tmp_path / f"earlier-release-{epochs}", earlier, "model.npz")
+    for folder in ("empty", "other-size", "earlier-release-6", "earlier-release-7"):
         assert run_cli(capsys, "demo", "--run", folder, "--verbose", "0")[0] == 0
 
 

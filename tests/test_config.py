@@ -113,9 +113,17 @@ def test_a_config_saved_before_a_setting_existed_keeps_the_behaviour_it_was_trai
     older = json.loads(saved)
     for name in ("attention_dropout_rate", "share_embeddings", "embedding_init"):
         del older[name]
+    del older["layer_norm_epsilon"]
     loaded = TranslationConfig.from_json(json.dumps(older))
     assert (loaded.share_embeddings, loaded.embedding_init) == (False, "uniform")
     assert loaded.attention_dropout_rate is None and loaded.norm_first is True
+    assert loaded.layer_norm_epsilon == 1e-6  # what every model had before the setting
+
+
+def test_new_runs_use_pytorch_s_layer_norm_epsilon_and_saved_ones_keep_theirs():
+    assert TranslationConfig().layer_norm_epsilon == 1e-5
+    saved = TranslationConfig(layer_norm_epsilon=1e-6).to_json()
+    assert TranslationConfig.from_json(saved).layer_norm_epsilon == 1e-6
 
 
 def test_every_setting_of_every_config_is_checked():

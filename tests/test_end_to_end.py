@@ -5,6 +5,7 @@ Marked slow (minutes each on two cores); CI runs them on the default backend.
 
 import contextlib
 import io
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -18,12 +19,14 @@ from mintransformer.inference.translator import Translator, score
 from mintransformer.runs.directory import RunDirectory
 from mintransformer.runs.loading import build_model
 from mintransformer.training import translation
+from mintransformer.training.demo import EXAMPLE, next_commands, next_steps
 from tests.conftest import train_in, train_run
 
 pytestmark = pytest.mark.slow
 
 
 class Demo(NamedTuple):
+    run: Path
     translator: Translator
     splits: dict[str, list[int]]  # the numbers of each split of the corpus it trained on
     report: str  # what the command printed
@@ -37,7 +40,7 @@ def demo(tmp_path_factory) -> Demo:
     with contextlib.redirect_stdout(printed):
         assert cli.main(["demo", "--run", str(run), "--verbose", "0"]) == 0
     translator = Translator.from_run(run)
-    return Demo(translator, number_splits(translator.config.data), printed.getvalue())
+    return Demo(run, translator, number_splits(translator.config.data), printed.getvalue())
 
 
 def exact_match(translator, numbers: list[int], beam_size: int = 1) -> float:
@@ -98,6 +101,38 @@ def test_bf16_training_reaches_the_quality_of_fp32(tmp_path, demo):
     fp32_exact, bf16_exact = exact_match(demo.translator, held_out), exact_match(bf16, held_out)
     assert bf16_exact >= 0.9, f"bf16 exact match {bf16_exact:.3f}"
     assert bf16_exact >= fp32_exact - 0.03, f"bf16 {bf16_exact:.3f}, fp32 {fp32_exact:.3f}"
+
+
+def test_the_demo_ends_with_commands_that_work_on_its_run(demo, tmp_path, monkeypatch, capsys):
+    import httpx
+
+    from tests.serving.conftest import ServerProcess
+
+    assert demo.report.rstrip().endswith(next_steps(demo.run))
+    translate, attention, serve = next_commands(demo.run)
+    assert [command[:2] for command in (translate, attention, serve)] == [
+        ["mintransformer", "translate"], ["mintransformer", "attention"],
+        ["mintransformer", "serve"]]  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert cli.main(translate[1:]) == 0
+    expected = demo.translator.translate([EXAMPLE], beam_size=4)[0]
+    assert capsys.readouterr().out.strip() == expected
+    assert cli.main(attention[1:]) == 0
+    assert (tmp_path / "cross.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The command as printed, on a free port, compiling one beam size: the default warms
+    # every bucket shape for beam 4 too, minutes on this model.
+    server = ServerProcess(
+        Path(serve[serve.index("--run") + 1]), "--warm-beams", "1", log_path=tmp_path / "log"
+    )
+    try:
+        server.wait_ready(timeout=300)
+        assert httpx.get(server.url + "/").status_code == 200
+        body = {"texts": [EXAMPLE], "beam_size": 4}
+        answer = httpx.post(server.url + "/api/translate", json=body, timeout=120).json()
+        assert answer["results"][0]["translation"] == expected
+    finally:
+        server.stop()
 
 
 def test_cross_attention_of_the_demo_model_aligns_words(demo):

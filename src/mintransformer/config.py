@@ -181,6 +181,7 @@ class TranslationConfig(_Config):
         share_embeddings=False,
         embedding_init="uniform",
         schedule="noam",
+        layer_norm_epsilon=1e-6,
     )
     # model
     num_layers: int = setting(3, "encoder layers and decoder layers (each)")
@@ -200,7 +201,8 @@ class TranslationConfig(_Config):
     max_length: int = setting(128, "longest source or target sequence, in tokens")
     # Not flags: set by imported models (`mintransformer import hf`).
     activation: str = setting("relu")
-    layer_norm_epsilon: float = setting(1e-6)
+    # PyTorch's and transformers' value, so that exports compute exactly our function.
+    layer_norm_epsilon: float = setting(1e-5)
     # data and tokenizer
     data: dict = setting({})
     vocab_size: int = setting(8000, "joint BPE vocabulary size")

@@ -235,3 +235,42 @@ def test_top_candidates_equal_a_full_sort():
         # -inf ties may be picked in any order; every finite pick is the same column.
         finite = np.isfinite(np.take_along_axis(totals, expected, axis=1))
         np.testing.assert_array_equal(got[finite], expected[finite])
+
+
+# ids as TRAP's: after <s> the model rates </s> highest (0.5), yet A then </s> is a sentence.
+UNSURE = [
+    [0, 0, 0, 0, 0],
+    [0, 0, 0.5, 0.3, 0.2],
+    [0, 0, 1.0, 0, 0],
+    [0, 0, 0.9, 0.05, 0.05],
+    [0, 0, 0.2, 0.4, 0.4],
+]
+
+
+@pytest.mark.parametrize("beam_size", [1, 2, 4])
+def test_no_search_ends_at_the_first_token(beam_size):
+    steps = TableSteps(UNSURE)
+    source = np.zeros((1, 1), "int32")
+    options = dict(start_id=START, end_id=END, max_length=6)
+    assert greedy_search(steps, source, **options) == [[3]]
+    for alpha in (0.0, 0.6):
+        beams, scores = beam_search(steps, source, beam_size=beam_size, alpha=alpha, **options)
+        # The empty sentence (log 0.5) would beat A </s> (log 0.27) were it allowed.
+        assert beams == [[3]]
+        assert scores[0] == pytest.approx(steps.score([3]) / length_penalty(2, alpha))
+
+
+@pytest.mark.core
+def test_the_compiled_beam_never_ends_at_the_first_token_either(setup):
+    model, cached, sources = setup
+    first = np.asarray(cached.step(*cached_first_step(cached, sources))[0])
+    end_id = int(first.argmax(-1)[0])  # the first source's most likely first token
+    options = dict(start_id=START, end_id=end_id, max_length=CACHE, beam_size=3, alpha=0.6)
+    compiled, loop = both(cached, sources, **options)
+    assert_same(compiled, loop)
+    assert all(compiled[0])
+
+
+def cached_first_step(cached, sources):
+    """The arguments of the first `step` call of a search on `sources`."""
+    return np.full(len(sources), START, "int32"), 0, cached.start(sources)

@@ -40,10 +40,11 @@ def setup():
 
 
 def end_at_different_lengths(sentences):
-    """A token that ends the sentences at 3+ different lengths, and never ends one of them."""
+    """A token that ends the sentences at 3+ different lengths, never at the first
+    position (where no search takes </s>), and never ends one of them."""
     for token in sorted({t for row in sentences for t in row}):
         ends = [row.index(token) if token in row else None for row in sentences]
-        if None in ends and len(set(ends)) >= 3:
+        if None in ends and 0 not in ends and len(set(ends)) >= 3:
             return token
     raise AssertionError("the test model's sentences need more variety")
 
@@ -93,9 +94,16 @@ def test_compiled_greedy_stops_at_max_length_without_an_end(setup, batch):
 
 
 @pytest.mark.core
-def test_an_end_as_the_first_token_gives_an_empty_sentence(setup):
-    *_, unstopped = setup
-    assert greedy_sentences(setup, 1, unstopped[0][0]) == [[]]
+def test_the_end_token_is_never_the_first_token(setup):
+    model, _, sources, unstopped = setup
+    end_id = unstopped[0][0]  # the model's first choice for the first sentence
+    first = to_numpy(model((sources[:1], np.full((1, 1), START, "int32")), training=False))[0, 0]
+    runner_up = int(np.argsort(first)[-2])
+    options = dict(start_id=START, end_id=end_id, max_length=CACHE)
+    cached = CachedSteps(model, CACHE)
+    compiled = greedy_search(cached, sources[:1], **options)
+    assert compiled == greedy_search(StepByStep(cached), sources[:1], **options)
+    assert compiled[0] and compiled[0][0] == runner_up
 
 
 @pytest.mark.core

@@ -81,6 +81,7 @@ def hf_tokens(hf_model, sources, tokenizer, beam_size: int, max_new_tokens: int)
             early_stopping=False,
             forced_eos_token_id=None,
             bad_words_ids=[[tokenizer.pad_id]],  # our searches never emit the pad
+            min_new_tokens=1,  # nor </s> as the first token
         )
     rows = []
     for row in out[:, 1:].tolist():

@@ -76,3 +76,37 @@ def test_a_folder_that_is_not_an_export_is_refused_untouched(trained_run, tmp_pa
     assert code == 2
     assert "holds files that are not a Hugging Face export" in capsys.readouterr().err
     assert file_contents(trained_run) == files
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize("share", [False, True], ids=["unshared", "shared"])
+@pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
+def test_every_layout_loads_with_nothing_missing_or_unexpected(tmp_path, norm_first, share, tie):
+    import warnings
+
+    from transformers import AutoModelForSeq2SeqLM
+
+    from mintransformer.interop.hf_export import export_run
+
+    settings = dict(norm_first=norm_first, share_embeddings=share, tie_embeddings=tie)
+    run = make_run(tmp_path / "run", "numbers", **settings)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_run(run, tmp_path / "hf")
+    assert [str(w.message) for w in caught if "epsilon" in str(w.message)] == []
+    model, report = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert {name: entries for name, entries in report.items() if entries} == {}
+    generation = model.generation_config  # our searches' rules, for a plain generate()
+    assert generation.min_new_tokens == 1 and generation.bad_words_ids == [[0]]
+    translator = Translator.from_run(run, max_output_length=MAX_TOKENS)
+    sources = translator.encode_sources(SENTENCES[:8])
+    ours = our_tokens(translator, sources, 1)
+    assert hf_tokens(model.eval(), sources, translator.tokenizer, 1, MAX_TOKENS) == ours
+
+
+def test_a_run_of_an_older_epsilon_still_exports_with_a_warning(tmp_path):
+    from mintransformer.interop.hf_export import export_run
+
+    run = make_run(tmp_path / "run", "numbers", layer_norm_epsilon=1e-6)
+    with pytest.warns(UserWarning, match="layer_norm_epsilon=1e-06"):
+        export_run(run, tmp_path / "hf")

@@ -55,6 +55,9 @@ def test_health_info_page_and_openapi(client):
     assert page.status_code == 200 and "/static/app.js" in page.text
     assert "http" not in page.text.replace("http-equiv", "")  # nothing from the network
     assert client.get("/static/app.js").status_code == 200
+    icon = client.get("/favicon.ico")  # browsers ask for it whatever the page links
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.text.startswith("<svg") and 'rel="icon" href="/favicon.ico"' in page.text
     for docs, asset in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
         html = client.get(docs).text
         assert "http" not in html.replace("http-equiv", "")  # no CDN

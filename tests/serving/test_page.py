@@ -1,7 +1,8 @@
 """The web page in a real browser (Debian's chromium, driven by Selenium).
 
 Skips when chromium, chromedriver or selenium is missing; `.ci/install-browser`
-installs the browser (`make install` runs it). With `SERVING_SCREENSHOT=PATH` the
+installs the browser (`make test` runs it; `make demo` does not). A page that logs an
+error to the browser's console fails its test. With `SERVING_SCREENSHOT=PATH` the
 screenshot it takes is also written to PATH (docs/serving.png was made so).
 """
 
@@ -32,6 +33,7 @@ def browser(tmp_path):
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                      "--window-size=1200,1000", "--force-device-scale-factor=1"):  # fmt: skip
         options.add_argument(argument)
@@ -48,8 +50,15 @@ def browser(tmp_path):
     driver.downloads = downloads
     try:
         yield driver
+        assert console_errors(driver) == []
     finally:
         driver.quit()
+
+
+def console_errors(driver) -> list[str]:
+    """What the pages logged to the browser's console as errors (a failed request, a
+    script error), since the last call."""
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
 
 def wait_for(driver, condition, timeout: float = 30):

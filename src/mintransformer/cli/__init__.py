@@ -105,6 +105,10 @@ def export_command(args) -> None:
         if args.output is None or args.int8:
             raise ValueError("--format hf needs -o OUT and takes no --int8")
         folder = export_run(args.run, args.output)
+    elif args.format == "ct2":
+        from mintransformer.interop.ct2_export import export_run
+
+        folder = export_run(args.run, args.output, int8=args.int8)
     else:
         from mintransformer.export.onnx_graphs import export_run
 
@@ -211,7 +215,8 @@ def add_engine_flag(parser) -> None:
         choices=ENGINES,
         default="keras",
         help="keras: the run's weights; onnx: its export (`mintransformer export`) on "
-        "onnxruntime, without Keras; --run may then name the export folder",
+        "onnxruntime, without Keras; ct2: its CTranslate2 export (`mintransformer export "
+        "--format ct2`, translation only); --run may then name the export folder",
     )
 
 
@@ -302,11 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
     classify = add(commands, "classify", "label text with a trained classifier", stream_command)
     add_input_flags(classify, "texts")
 
-    export = add(commands, "export", "export a run to ONNX or transformers", export_command)
+    what = "export a run to ONNX, CTranslate2 or transformers"
+    export = add(commands, "export", what, export_command)
     export.add_argument("--run", type=Path, required=True)
-    export.add_argument("-o", "--output", type=Path, help="export folder (default: RUN/onnx)")
     export.add_argument(
-        "--format", choices=["onnx", "hf"], default="onnx", help="hf: a transformers folder"
+        "-o", "--output", type=Path, help="export folder (default: RUN/onnx or RUN/ct2)"
+    )
+    export.add_argument(
+        "--format",
+        choices=["onnx", "ct2", "hf"],
+        default="onnx",
+        help="ct2: a CTranslate2 folder (--engine ct2); hf: a transformers folder",
     )
     export.add_argument("--int8", action="store_true", help="int8 weights (dynamic quantization)")
 

@@ -12,7 +12,8 @@ A source is done when no live hypothesis would beat its best finished one
 a confident model the first hypotheses to finish are often improbable ones,
 retired by a low-ranked </s>, while the likely one is still being written.
 With `beam_size=1` the search follows the greedy path, so its result scores at
-least as well as greedy search's.
+least as well as greedy search's. No hypothesis ends at the first position
+(`decoding.rules`), so none is empty.
 
 `beam_search` runs
 `compiled_beam` for steps objects with `compiled_loops` (`CachedSteps`): the whole
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mintransformer.core import checks
+from mintransformer.decoding import rules
 
 if TYPE_CHECKING:
     from mintransformer.decoding.steps import Steps
@@ -161,6 +163,7 @@ def _python_ranked(steps: Steps, source_ids, options: BeamOptions) -> list[list[
     over, steps_run = np.zeros(batch, bool), 0
     for index in range(options.max_length):
         log_probs, state = steps.step(tokens, index, state)
+        log_probs = rules.allowed(log_probs, index, end_id)
         steps_run = index + 1
         vocab = log_probs.shape[-1]
         totals = (scores[:, :, None] + log_probs.reshape(batch, k, vocab)).reshape(batch, -1)
@@ -301,6 +304,7 @@ def _beam_loop(steps, beam_size, source_ids, start_id, end_id, max_length, alpha
     def decode_one(index, tokens, state, live_scores, live, finished_state):
         finished, finished_scores, finished_lengths = finished_state
         log_probs, state = steps.step_tensors(tokens, index, state)
+        log_probs = rules.allowed_tensors(log_probs, index, end_id)
         vocab = ops.shape(log_probs)[-1]
         totals = live_scores[:, :, None] + ops.reshape(log_probs, (batch, k, vocab))
         top_totals, top = ops.top_k(ops.reshape(totals, (batch, k * vocab)), 2 * k)

@@ -4,7 +4,8 @@
 (`CachedSteps`): the decode is compiled calls (usually one), the token loop a
 `keras.ops.while_loop`, so there is no per-token call overhead or host transfer.
 Any other steps object (`FullRecomputeSteps`, the reference) is driven by
-`python_greedy`, one `step` per token. Both make the same choices. Only the
+`python_greedy`, one `step` per token. Both make the same choices, under the same
+rules (`decoding.rules`: no `</s>` as the first token). Only the
 compiled loop imports Keras, so the Python loop also drives steps written in NumPy
 alone (the ONNX engine's).
 
@@ -32,6 +33,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from mintransformer.decoding import rules
 
 if TYPE_CHECKING:
     from mintransformer.decoding.steps import Steps
@@ -77,7 +80,7 @@ def python_greedy(
     done = np.zeros(batch, bool)
     for index in range(max_length):
         log_probs, state = steps.step(tokens, index, state)
-        tokens = log_probs.argmax(-1).astype("int32")
+        tokens = rules.allowed(log_probs, index, end_id).argmax(-1).astype("int32")
         for row in np.flatnonzero(~done):
             if tokens[row] == end_id:
                 done[row] = True
@@ -321,6 +324,7 @@ def _decode_one(steps, end_id, index, tokens, state, outputs, done, lengths):
     from keras import ops
 
     log_probs, state = steps.step_tensors(tokens, index, state)
+    log_probs = rules.allowed_tensors(log_probs, index, end_id)
     tokens = ops.where(done, end_id, ops.cast(ops.argmax(log_probs, axis=-1), "int32"))
     outputs = ops.slice_update(outputs, (0, index), tokens[:, None])
     done = ops.logical_or(done, tokens == end_id)

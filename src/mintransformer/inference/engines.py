@@ -8,7 +8,9 @@ Each function returns what one inference class takes:
 
 "keras" loads the run's weights into our layers (`runs.loading.load_trained`);
 "onnx" opens its export on onnxruntime without Keras (`export.onnx_engine`), and the
-path may then be the export folder itself. Keras is imported only by the Keras engine.
+path may then be the export folder itself; "ct2" (translation only) opens its
+CTranslate2 export (`export.ct2_engine`), which runs the search itself. Keras is
+imported only by the Keras engine.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import numpy as np
 from mintransformer.config import ClassificationConfig, LanguageModelConfig, TranslationConfig
 from mintransformer.core import checks
 
-ENGINES = ("keras", "onnx")
+ENGINES = ("keras", "onnx", "ct2")
+TRANSLATION_ONLY = ("ct2",)
 ONNX_HAS_NO_ATTENTION = (
     "the onnx engine runs the exported graphs, which return no attention weights: use "
     "the keras engine for attention"
@@ -37,10 +40,15 @@ def translation_engine(
 ):
     """`(steps, tokenizer, config)` of a translation run (`decoding.steps` protocol);
     `mixed_precision` is the Keras engine's (`runs.loading.load_trained`)."""
-    if checks.one_of(engine, ENGINES, "engine") == "onnx":
+    engine = checks.one_of(engine, ENGINES, "engine")
+    if engine == "onnx":
         from mintransformer.export import onnx_engine
 
         steps, tokenizer, config = onnx_engine.translation_engine(path, max_output_length)
+    elif engine == "ct2":
+        from mintransformer.export import ct2_engine
+
+        steps, tokenizer, config = ct2_engine.translation_engine(path, max_output_length)
     else:
         from mintransformer.runs.loading import load_trained
 
@@ -49,9 +57,15 @@ def translation_engine(
     return steps, tokenizer, config
 
 
+def _not_translation_only(engine: str, task: str) -> str:
+    if checks.one_of(engine, ENGINES, "engine") in TRANSLATION_ONLY:
+        raise ValueError(f"the {engine} engine runs translation models, not {task} ones")
+    return engine
+
+
 def classification_engine(path: str | Path, engine: str = "keras"):
     """`(probabilities, tokenizer, config)` of a classification run."""
-    if checks.one_of(engine, ENGINES, "engine") == "onnx":
+    if _not_translation_only(engine, "classification") == "onnx":
         from mintransformer.export import onnx_engine
 
         return onnx_engine.classification_engine(path)
@@ -63,7 +77,7 @@ def classification_engine(path: str | Path, engine: str = "keras"):
 
 def generation_engine(path: str | Path, engine: str = "keras"):
     """`(generate_ids, tokenizer, max_length)` of a language-model run."""
-    if checks.one_of(engine, ENGINES, "engine") == "onnx":
+    if _not_translation_only(engine, "language") == "onnx":
         from mintransformer.export import onnx_engine
 
         return onnx_engine.generation_engine(path)

@@ -13,12 +13,21 @@ from mintransformer.inference.translator import Scores, Translator
 
 
 def run_config(path: str | Path, engine: str = "keras") -> RunConfig:
-    """The config of the run directory (engine "keras") or export folder ("onnx") at `path`."""
-    if checks.one_of(engine, ENGINES, "engine") == "onnx":
+    """The config of the run directory (engine "keras") or export folder ("onnx", "ct2")
+    at `path`."""
+    engine = checks.one_of(engine, ENGINES, "engine")
+    if engine == "onnx":
         from mintransformer.export.folder import ExportFolder
 
         folder, _ = ExportFolder.open(path)
         return config_from_json(folder.config_path.read_text(), str(folder.config_path))
+    if engine == "ct2":
+        import json
+
+        from mintransformer.export.ct2_engine import MANIFEST, open_folder
+
+        folder, manifest = open_folder(path)
+        return config_from_json(json.dumps(manifest["config"]), str(folder / MANIFEST))
     from mintransformer.runs.directory import RunDirectory
 
     return RunDirectory.open(path).config()
@@ -40,8 +49,8 @@ def evaluate_run(
     """Scores the run at `path` on the data its task takes.
 
     Args:
-        path: a run directory, or an export folder with engine "onnx".
-        engine: "keras" or "onnx" (`inference.engines`).
+        path: a run directory, or an export folder with engine "onnx" or "ct2".
+        engine: "keras", "onnx" or "ct2" (`inference.engines`).
         data: classification: a labelled file or folder.
         src, ref: translation: line-aligned source and reference files.
         split: translation: "val" or "test" of the corpus the run was trained on.

@@ -21,7 +21,7 @@ from mintransformer.config import TranslationConfig
 from mintransformer.core.files import atomic_write
 from mintransformer.data.lengths import pad_batch
 from mintransformer.data.text import normalize_text, read_lines
-from mintransformer.decoding.beam import beam_search, beam_search_n_best
+from mintransformer.decoding.beam import beam_search_n_best
 from mintransformer.decoding.greedy import greedy_search, warm_greedy
 from mintransformer.inference.engines import keras_translation_steps, translation_engine
 from mintransformer.inference.streaming import CHUNK_LINES, map_lines
@@ -82,7 +82,9 @@ class Translator:
         steps: the engine: decoding steps (`decoding.steps` protocol: start, step,
             reorder) with `max_length` target positions and `source_positions`, from
             `inference.engines` (the Keras model's `CachedSteps` or the export's
-            `OnnxSteps`).
+            `OnnxSteps`), or an engine that runs the whole search itself, with a
+            `search` method returning what `beam_search_n_best` returns
+            (`export.ct2_engine.Ct2Search`).
         tokenizer: the run's `Tokenizer`.
         config: the run's `TranslationConfig`, where there is one (for `evaluate_split`).
     """
@@ -123,8 +125,9 @@ class Translator:
         Args:
             path: the run directory.
             max_output_length: most target tokens per sentence (default: the model's).
-            engine: "keras" (the run's weights) or "onnx" (its export on onnxruntime,
-                without Keras; `path` may then be the export folder).
+            engine: "keras" (the run's weights), "onnx" (its export on onnxruntime,
+                without Keras) or "ct2" (its CTranslate2 export); `path` may then be
+                the export folder.
             mixed_precision: the Keras engine in bf16 (True) or fp32 (False); None: as
                 the run's config asks, or as this machine pays for.
         """
@@ -133,7 +136,7 @@ class Translator:
     @property
     def model(self):
         """The Keras `Transformer` behind the engine (attention maps read it); None on the
-        onnx engine."""
+        onnx and ct2 engines."""
         return getattr(self.steps, "model", None)
 
     def encode_sources(self, texts: Sequence[str], truncate: bool = True) -> list[list[int]]:
@@ -169,17 +172,11 @@ class Translator:
         sources = self.encode_sources([texts[i] for i in todo])
         order = np.argsort([len(s) for s in sources], kind="stable")
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-        options = self._search_options()
         for batch in tqdm(batches, disable=not progress, desc="translating", unit="batch"):
             ids = pad_batch([sources[i] for i in batch], pad_id=self.tokenizer.pad_id)
-            if beam_size == 1:
-                tokens = greedy_search(self.steps, ids, **options)
-            else:
-                tokens, _ = beam_search(
-                    self.steps, ids, beam_size=beam_size, alpha=alpha, **options
-                )
-            for i, out in zip(batch, tokens, strict=True):
-                outputs[todo[i]] = self.tokenizer.decode(out)
+            ranked = self._ranked(ids, beam_size, alpha, n_best=1)
+            for i, hypotheses in zip(batch, ranked, strict=True):
+                outputs[todo[i]] = self.tokenizer.decode(hypotheses[0][0])
         return outputs
 
     def translate_ids(
@@ -206,18 +203,31 @@ class Translator:
             per row, `n_best` `(translation, score)` pairs, best first; the score is the
             length-normalised log-probability (None for greedy decoding).
         """
+        ranked = self._ranked(source_ids, beam_size, alpha, n_best, shrink_to)
+        return [[(self.tokenizer.decode(ids), score) for ids, score in row] for row in ranked]
+
+    def _ranked(
+        self, source_ids, beam_size: int, alpha: float, n_best: int, shrink_to: Sequence[int] = ()
+    ) -> list[list[tuple[list[int], float | None]]]:
+        """Per row of `source_ids`, `n_best` `(token ids, score)` pairs, best first: the
+        engine's own search where it runs one (CTranslate2), else ours."""
         options = self._search_options()
+        if hasattr(self.steps, "search"):
+            return self.steps.search(
+                source_ids, beam_size=beam_size, alpha=alpha, n_best=n_best, **options
+            )
         if beam_size == 1 and n_best == 1:
             tokens = greedy_search(self.steps, source_ids, shrink_to=shrink_to, **options)
-            return [[(self.tokenizer.decode(row), None)] for row in tokens]
-        ranked = beam_search_n_best(
+            return [[(row, None)] for row in tokens]
+        return beam_search_n_best(
             self.steps, source_ids, beam_size=beam_size, alpha=alpha, n_best=n_best, **options
         )
-        return [[(self.tokenizer.decode(ids), score) for ids, score in row] for row in ranked]
 
     def warm_up(self, source_ids, beam_size: int = 1, shrink_to: Sequence[int] = ()) -> None:
         """Compiles what `translate_ids` runs for batches shaped like `source_ids`
         (greedy: `greedy.warm_greedy`, with the shapes `shrink_to` leads to)."""
+        if hasattr(self.steps, "search"):
+            return  # nothing compiled per shape
         if beam_size == 1:
             warm_greedy(self.steps, source_ids, shrink_to=shrink_to, **self._search_options())
         else:

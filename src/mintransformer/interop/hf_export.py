@@ -10,15 +10,16 @@ Which `transformers` class expresses which of our models:
 - pre-LN with a final LayerNorm (our `base` preset) -> `PegasusForConditionalGeneration`:
   the same, with pre-LN blocks and a final LayerNorm after each stack.
 
-Both fix LayerNorm's epsilon at 1e-5 (`nn.LayerNorm`'s default); a run with another
-epsilon (ours default to 1e-6) is exported with a warning, as the one detail that
-changes the function (by far less than 1e-4 in the logits, tests/interop).
+Both fix LayerNorm's epsilon at 1e-5 (`nn.LayerNorm`'s default, and ours since runs
+recorded it); a run with another epsilon (older runs had 1e-6) is exported with a
+warning, as the one detail that changes the function (by far less than 1e-4 in the
+logits, tests/interop).
 
-Files: `config.json`, `generation_config.json`, `model.safetensors` (every tensor
-under its own name, tied ones included, so any tying setting loads the same
-values), and the tokenizer: our BPE as `tokenizer.json` (`PreTrainedTokenizerFast`,
-appending `</s>` like `Translator`), an imported SentencePiece one as Marian's
-`source.spm`, `target.spm`, `vocab.json`.
+Files: `config.json`, `generation_config.json`, `model.safetensors` (exactly the
+tensors the class loads, each under its own name, tied ones included, so that
+transformers reports none missing or unexpected), and the tokenizer: our BPE as
+`tokenizer.json` (`PreTrainedTokenizerFast`, appending `</s>` like `Translator`), an
+imported SentencePiece one as Marian's `source.spm`, `target.spm`, `vocab.json`.
 """
 
 from __future__ import annotations
@@ -120,15 +121,23 @@ def hf_config(config: TranslationConfig, model, tokenizer):
     )
 
 
-def all_tensors(model) -> dict[str, np.ndarray]:
-    """`mapping.export_tensors` plus the tied names (`model.shared`, `lm_head`, a zero
-    `final_logits_bias`), written out so that any tying setting loads these values."""
+def all_tensors(model, hf) -> dict[str, np.ndarray]:
+    """Every tensor the `transformers` model of config `hf` loads, and no other:
+    `mapping.export_tensors`, the tied names written out (an output tied to the target
+    table as `lm_head` with a zero `final_logits_bias`; `model.shared`, which Marian has
+    only when its embeddings are shared), and Pegasus' sinusoidal tables, which it holds
+    as parameters (Marian recomputes its own and saves none)."""
     tensors = mapping.export_tensors(model)
-    tensors["model.shared.weight"] = tensors["model.encoder.embed_tokens.weight"]
     if "lm_head.weight" not in tensors:
         tensors["lm_head.weight"] = tensors["model.decoder.embed_tokens.weight"]
         vocab = tensors["lm_head.weight"].shape[0]
         tensors["final_logits_bias"] = np.zeros((1, vocab), "float32")
+    if hf.model_type == "pegasus" or hf.share_encoder_decoder_embeddings:
+        tensors["model.shared.weight"] = tensors["model.encoder.embed_tokens.weight"]
+    if hf.model_type == "pegasus":
+        table = mapping.hf_position_table(hf.max_position_embeddings, hf.d_model)
+        for side in ("encoder", "decoder"):
+            tensors[f"model.{side}.embed_positions.weight"] = table
     return {name: np.ascontiguousarray(array) for name, array in tensors.items()}
 
 
@@ -200,8 +209,12 @@ def export_run(run_dir: str | Path, out: str | Path) -> Path:
         hf = hf_config(config, model, tokenizer)
         hf.save_pretrained(staging)
         generation = GenerationConfig.from_model_config(hf)
-        generation.bad_words_ids = [[tokenizer.pad_id]]  # as our searches: pad never comes next
+        # As our searches: the pad never comes next, nor </s> first (`decoding.rules`).
+        generation.bad_words_ids = [[tokenizer.pad_id]]
+        generation.min_new_tokens = 1
         generation.save_pretrained(staging)
-        save_file(all_tensors(model), str(staging / "model.safetensors"), metadata={"format": "pt"})
+        save_file(
+            all_tensors(model, hf), str(staging / "model.safetensors"), metadata={"format": "pt"}
+        )
         save_tokenizer(tokenizer, staging)
     return out

@@ -32,6 +32,18 @@ def feature_permutation(d_model: int) -> np.ndarray:
     return np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
 
 
+def hf_position_table(positions: int, d_model: int) -> np.ndarray:
+    """float32 `(positions, d_model)`: the sinusoidal table in transformers' layout (the
+    sines of every frequency, then their cosines), computed as transformers computes it,
+    in float64 and then rounded, so that a checkpoint holding it loads the same values."""
+    angles = np.arange(positions)[:, None] / np.power(
+        10000, 2 * (np.arange(d_model) // 2) / d_model
+    )
+    return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1).astype(
+        "float32"
+    )
+
+
 def to_hf(array: np.ndarray, kind: str, perm: np.ndarray) -> np.ndarray:
     """Our array of `kind` -> theirs (`table` `(vocab, d)`, `in` kernel `(d, n)` ->
     `(n, d)`, `out` kernel `(n, d)` -> `(d, n)`, `vector` `(d,)`, `bias`, `logits_bias`

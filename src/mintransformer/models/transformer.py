@@ -116,7 +116,7 @@ class Transformer(keras.Model):
         activation="relu",
         norm_first=False,
         position="sinusoidal",
-        layer_norm_epsilon=1e-6,
+        layer_norm_epsilon=1e-5,
         tie_embeddings=False,
         scale_embeddings=True,
         use_bias=True,

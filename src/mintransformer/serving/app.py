@@ -142,6 +142,11 @@ def create_app(
     async def page():
         return FileResponse(STATIC / "index.html")
 
+    # Browsers ask for /favicon.ico whatever the page links; an SVG answers both.
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon():
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     if cors_origins:
         app.add_middleware(

@@ -382,10 +382,14 @@ def load_service(
     from mintransformer import Classifier, Generator, Translator
 
     path = Path(path)
+    batching = dict(max_batch_size=max_batch_size, max_wait_ms=max_wait_ms)
+    if engine == "ct2":  # its folder's config.json is CTranslate2's; the run's is inside
+        translator = Translator.from_run(path, engine=engine)
+        config = json.loads(translator.config.to_json())
+        return TranslationService(translator, path, engine, config, limits, **batching)
     config = read_task_config(path)
     task = config["task"]
     args: tuple[Any, ...] = (path, engine, config, limits)
-    batching = dict(max_batch_size=max_batch_size, max_wait_ms=max_wait_ms)
     if task == "translation":
         return TranslationService(Translator.from_run(path, engine=engine), *args, **batching)
     if task == "classification":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import shlex
 from pathlib import Path
 
 from mintransformer.config import TranslationConfig, make_config
@@ -23,8 +24,14 @@ from mintransformer.inference.translator import Translator
 from mintransformer.runs.directory import RunDirectory
 from mintransformer.training import loop, translation
 
-EARLIER_DEMO_SETTINGS = ({"epochs": 6},)
+EARLIER_DEMO_SETTINGS = (
+    {"epochs": 6, "layer_norm_epsilon": 1e-6},
+    {"layer_norm_epsilon": 1e-6},
+)
 """How the `numbers` preset differed in earlier releases: their demo runs are replaced too."""
+
+# A sentence of every magnitude the demo reports, for the commands it suggests.
+EXAMPLE = "three hundred twenty-one thousand four hundred fifty-six"
 
 
 def is_demo_run(config: TranslationConfig) -> bool:
@@ -58,6 +65,41 @@ def check_replaceable(path: str | Path) -> None:
     )
 
 
+def next_commands(path: str | Path) -> list[list[str]]:
+    """The commands that use the demo's run at `path` next: translate a sentence, plot its
+    cross-attention, serve the run's page and API."""
+    run = str(path)
+    return [
+        ["mintransformer", "translate", "--run", run, "--beam", "4", EXAMPLE],
+        [
+            "mintransformer",
+            "attention",
+            "--run",
+            run,
+            EXAMPLE,
+            "--kind",
+            "cross",
+            "--mean",
+            "-o",
+            "cross.png",
+        ],  # fmt: skip
+        ["mintransformer", "serve", "--run", run],
+    ]
+
+
+def next_steps(path: str | Path) -> str:
+    """What `run_demo` prints last: each of `next_commands`, under what it does."""
+    what = [
+        "translate a sentence of your own",
+        "plot its cross-attention",
+        "serve the run's page and JSON API (http://127.0.0.1:8000/)",
+    ]
+    lines = ["next, with the model just trained:"]
+    for command, purpose in zip(next_commands(path), what, strict=True):
+        lines += [f"  {purpose}:", f"    {shlex.join(command)}"]
+    return "\n".join(lines)
+
+
 def run_demo(
     path: str | Path = "runs/numbers",
     num_train: int = 30_000,
@@ -69,7 +111,7 @@ def run_demo(
 ) -> loop.Trained:
     """Trains the `numbers` preset in `path`, then prints exact match on up to `report`
     held-out numbers of each magnitude (0: no report) and on all of 0-999, decoded with
-    `beam_size` and `alpha`.
+    `beam_size` and `alpha`, and the commands to run next (`next_steps`).
 
     `path` must be missing, empty or hold an earlier demo run, which is replaced; with
     `overwrite`, any run there is replaced.
@@ -93,4 +135,6 @@ def run_demo(
 
     task = dataclasses.replace(translation.TASK, held_out=by_magnitude)
     config = make_config("translation", "numbers", data=spec)
-    return loop.train(task, path, config, overwrite=True, verbose=verbose)
+    trained = loop.train(task, path, config, overwrite=True, verbose=verbose)
+    print(next_steps(path))
+    return trained
