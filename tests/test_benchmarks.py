@@ -444,3 +444,20 @@ def test_the_n_configs_compare_only_implementations_without_attention_weight_dro
         c.implementation
         for c in train_step.candidates("B16", train_step.CONFIGS["B16"], "fp32", "all")
     ]
+
+
+def test_decoding_profile_reports_where_each_backend_spends_a_decode(tmp_path, trained_run):
+    from benchmarks import decoding_profile
+
+    output = tmp_path / "profile.json"
+    decoding_profile.main(
+        ["--run", str(trained_run.path), "--backends", "tensorflow,torch", "--sentences", "3"]
+        + ["--top", "5", "--json", str(output)]
+    )
+    reports = {r["backend"]: r for r in json.loads(output.read_text())["results"]}
+    assert set(reports) == {"tensorflow", "torch"}
+    for report in reports.values():
+        assert report["sentences"] == 3 and report["sentences_per_s"] > 0
+        assert 0 <= report["layer_call_share"] <= 1 and len(report["top"]) == 5
+    # TensorFlow decodes in one compiled call; PyTorch calls every layer once per token.
+    assert reports["torch"]["layer_calls"] > 10 * max(reports["tensorflow"]["layer_calls"], 1)
