@@ -60,10 +60,10 @@ def profile(args: argparse.Namespace) -> dict:
     profiler.runcall(translate)
     stats = pstats.Stats(profiler, stream=io.StringIO())
     total = stats.total_tt
-    entries = stats.stats  # {(file, line, name): (calls, primitive, own, cumulative, callers)}
+    entries = stats.stats  # {(file, line, name): (primitive, calls, own, cumulative, callers)}
     layer_calls = [
         (own, cumulative, calls)
-        for (file, _, name), (calls, _, own, cumulative, _) in entries.items()
+        for (file, _, name), (_, calls, own, cumulative, _) in entries.items()
         if file.endswith(LAYER_CALL[0]) and "keras" in file and name == LAYER_CALL[1]
     ]
     top = sorted(entries.items(), key=lambda item: -item[1][2])[: args.top]
@@ -76,7 +76,7 @@ def profile(args: argparse.Namespace) -> dict:
         "layer_calls": sum(n for *_, n in layer_calls),
         "top": [
             {"function": f"{Path(file).name}:{line}({name})", "calls": calls, "own_s": own}
-            for (file, line, name), (calls, _, own, _, _) in top
+            for (file, line, name), (_, calls, own, _, _) in top
         ],
     }
 

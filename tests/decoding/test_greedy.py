@@ -97,10 +97,10 @@ def test_compiled_greedy_stops_at_max_length_without_an_end(setup, batch):
 def test_the_end_token_is_never_the_first_token(setup):
     model, _, sources, unstopped = setup
     end_id = unstopped[0][0]  # the model's first choice for the first sentence
-    first = to_numpy(model((sources[:1], np.full((1, 1), START, "int32")), training=False))[0, 0]
-    runner_up = int(np.argsort(first)[-2])
-    options = dict(start_id=START, end_id=end_id, max_length=CACHE)
     cached = CachedSteps(model, CACHE)
+    first, _ = cached.step(np.full(1, START, "int32"), 0, cached.start(sources[:1]))
+    runner_up = int(np.argsort(first[0])[-2])
+    options = dict(start_id=START, end_id=end_id, max_length=CACHE)
     compiled = greedy_search(cached, sources[:1], **options)
     assert compiled == greedy_search(StepByStep(cached), sources[:1], **options)
     assert compiled[0] and compiled[0][0] == runner_up

@@ -94,3 +94,43 @@ def test_score_takes_several_references_per_sentence():
         ],
     )
     assert several.bleu == pytest.approx(100.0) and one.bleu < 60.0
+
+
+def test_choose_alpha_takes_the_best_bleu_and_the_first_of_equal_ones(translator, monkeypatch):
+    from mintransformer.inference.translator import Scores
+
+    bleu_at = {0.6: 30.0, 1.0: 31.5, 1.4: 31.5, 1.8: 29.0}
+    calls = []
+
+    def evaluate_pairs(pairs, output_file=None, beam_size=1, alpha=0.6, progress=False):
+        calls.append((beam_size, alpha))
+        return Scores(bleu_at[alpha], 0.0, "")
+
+    monkeypatch.setattr(translator, "evaluate_pairs", evaluate_pairs)
+    pairs = [("one", "un"), ("one", "une"), ("two", "deux")]
+    choice = translator.choose_alpha(pairs, beam_size=3)
+    assert choice.alpha == 1.0 and choice.bleu == bleu_at and choice.sentences == 2
+    assert calls == [(3, alpha) for alpha in bleu_at]
+    assert str(choice).startswith("alpha 1 chosen on val (2 sentences, beam 3; BLEU 30.00 at 0.6")
+    with pytest.raises(ValueError, match="beam"):
+        translator.choose_alpha(pairs, beam_size=1)
+
+
+def test_evaluate_alpha_val_scores_with_the_alpha_chosen_on_val(trained_run, capsys):
+    import re
+
+    from mintransformer.cli import main
+
+    run = str(trained_run.path)
+    assert main(["evaluate", "--run", run, "--split", "test", "--beam", "2", "--alpha", "val"]) == 0
+    printed = capsys.readouterr().out
+    chosen = re.search(r"alpha ([0-9.]+) chosen on val \(100 sentences, beam 2", printed)
+    assert chosen, printed
+    assert main(["evaluate", "--run", run, "--split", "test", "--beam", "2", "--alpha",
+                 chosen.group(1)]) == 0  # fmt: skip
+    again = capsys.readouterr().out
+    assert printed.splitlines()[0] == again.split("  [")[0]  # the same scores
+    assert main(["evaluate", "--run", run, "--split", "test", "--alpha", "val"]) == 2
+    assert "--alpha val needs --beam 2 or more" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--run", run, "--split", "test", "--alpha", "best"])

@@ -12,25 +12,23 @@ pytest.importorskip("sentencepiece")
 LAYOUTS = {"post-LN": False, "pre-LN": True}
 
 
+def small_run_config(num_train: int = 4000, **settings):
+    """A small `numbers` preset config that trains in seconds: real sentences, peaked
+    predictions, translations that end."""
+    sizes = dict(
+        epochs=4, num_layers=2, d_model=64, dff=128, max_length=40, vocab_size=300, warmup_steps=30
+    )
+    data = numbers_spec(num_train=num_train)
+    return make_config("translation", "numbers", data=data, **{**sizes, **settings})
+
+
 @pytest.fixture(scope="session", params=list(LAYOUTS))
 def trained_run(request, tmp_path_factory):
     """A run of the `numbers` preset, post-LN (-> Marian) or pre-LN (-> Pegasus), trained
-    for a few seconds: real sentences, peaked predictions, translations that end."""
+    for a few seconds (`small_run_config`)."""
     from mintransformer.training import translation
 
-    config = make_config(
-        "translation",
-        "numbers",
-        data=numbers_spec(num_train=4000),
-        epochs=4,
-        num_layers=2,
-        d_model=64,
-        dff=128,
-        max_length=40,
-        vocab_size=300,
-        warmup_steps=30,
-        norm_first=LAYOUTS[request.param],
-    )
+    config = small_run_config(norm_first=LAYOUTS[request.param])
 
     def build(path):
         translation.train(path, config, verbose=0)

@@ -5,12 +5,11 @@ import numpy as np
 import pytest
 
 from mintransformer.cli import main
-from mintransformer.config import make_config
-from mintransformer.data.corpora import numbers_spec
 from mintransformer.decoding.beam import length_penalty
 from mintransformer.inference.translator import Translator
 from mintransformer.interop import ct2_export
 from tests.conftest import file_contents
+from tests.interop.conftest import small_run_config
 from tests.interop.helpers import make_run, our_tokens
 from tests.interop.test_hf_export import SENTENCES
 
@@ -108,21 +107,10 @@ def ct2_run(request, tmp_path_factory):
     from mintransformer.training import translation
 
     norm_first, share, tie = request.param
-    config = make_config(
-        "translation",
-        "numbers",
-        data=numbers_spec(num_train=2000),
-        epochs=3,
-        num_layers=2,
-        d_model=32,
-        dff=64,
-        max_length=40,
-        vocab_size=200,
-        warmup_steps=30,
-        norm_first=norm_first,
-        share_embeddings=share,
-        tie_embeddings=tie,
-    )
+    config = small_run_config(
+        num_train=2000, epochs=3, d_model=32, dff=64, vocab_size=200,
+        norm_first=norm_first, share_embeddings=share, tie_embeddings=tie,
+    )  # fmt: skip
     run = tmp_path_factory.mktemp("ct2") / "run"
     translation.train(run, config, verbose=0)
     assert main(["export", "--format", "ct2", "--run", str(run)]) == 0

@@ -59,6 +59,32 @@ def test_a_run_writes_its_directory_and_reloads(tmp_path, corpus):
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_run_ends_by_naming_the_val_curve_s_lowest_epoch(tmp_path, corpus, capsys):
+    from mintransformer.training.loop import val_curve
+
+    run = start(tmp_path / "run", epochs=2)
+    train_in(translation, run, corpus)
+    losses = [row["val_loss"] for row in run.log()]
+    with run.log_path.open(newline="") as file:  # the log, read independently
+        assert losses == [float(row["val_loss"]) for row in csv.DictReader(file)]
+    best = int(np.argmin(losses))
+    printed = capsys.readouterr().out
+    assert f"val loss: lowest {losses[best]:.4f} after epoch {best + 1} of 2" in printed
+    rows = [{"val_loss": 2.0}, {"val_loss": 1.5}, {"val_loss": 1.5}, {"val_loss": 1.7}]
+    assert val_curve(rows).startswith("val loss: lowest 1.5000 after epoch 2 of 4, last 1.7000")
+    assert val_curve([{"loss": 2.0}]) is None and val_curve([]) is None
+
+
+def test_training_with_a_beam_chooses_alpha_on_val_before_its_report(trained_run, capsys):
+    model, tokenizer, config = load_trained(trained_run.path, TranslationConfig)
+    splits = load_corpus(config.data)
+    printed = translation.held_out_report(20, beam_size=2)(model, tokenizer, config, splits, 0)
+    choice, report = printed.split("\n", 1)
+    assert choice.startswith("alpha ") and "chosen on val (100 sentences, beam 2" in choice
+    assert report.startswith("held-out (20 sentences)")
+    assert translation.held_out_report(0, beam_size=1) is None
+
+
 def test_final_weights_are_the_average_of_the_last_checkpoints(tmp_path, corpus):
     run = start(tmp_path / "run", epochs=3, average_last=2)
     model, _ = train_in(translation, run, corpus)

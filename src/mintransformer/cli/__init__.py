@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mintransformer.backend.selection import BACKENDS
 from mintransformer.cli.flags import (
+    alpha_or_val,
     check_flags,
     classification_config,
     interrupted_message,
@@ -202,9 +203,15 @@ def add_training_flags(parser, task: str, bf16: bool = True) -> None:
     group.add_argument("--process-id", type=int, default=0, help="this process's index")
 
 
-def add_decoding_flags(parser) -> None:
+def add_decoding_flags(parser, alpha_on_val: bool = False) -> None:
+    """--beam and --alpha; with `alpha_on_val`, --alpha may be "val" (chosen on the run's
+    validation split)."""
     parser.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
+    if alpha_on_val:
+        what = 'length penalty exponent, or "val": of 0.6, 1, 1.4, 1.8 the best on val'
+        parser.add_argument("--alpha", type=alpha_or_val, default=0.6, help=what)
+    else:
+        parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
 
 
 def add_engine_flag(parser) -> None:
@@ -337,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--data", type=Path, help="classification: labelled texts")
     evaluate.add_argument("--output", type=Path, help="write the hypotheses here")
-    add_decoding_flags(evaluate)
+    add_decoding_flags(evaluate, alpha_on_val=True)
     add_engine_flag(evaluate)
 
     attention = add(commands, "attention", "plot a trained model's attention", attention_command)

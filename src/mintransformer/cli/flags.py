@@ -23,9 +23,19 @@ FLAG_CHECKS = {
     "verbose": checks.non_negative_int,
     "report": checks.non_negative_int,
     "beam": checks.positive_int,
-    "alpha": checks.finite_number,
+    "alpha": lambda value, name: value if value == "val" else checks.finite_number(value, name),
     "num_train": checks.positive_int,
 }
+
+
+def alpha_or_val(text: str) -> float | str:
+    """`--alpha`'s value where it may be "val" (chosen on the validation split)."""
+    if text == "val":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number or 'val', not {text!r}") from None
 
 
 def _flag(dest: str) -> str:

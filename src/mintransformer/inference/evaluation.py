@@ -43,7 +43,7 @@ def evaluate_run(
     split: str | None = None,
     output: str | Path | None = None,
     beam_size: int = 1,
-    alpha: float = 0.6,
+    alpha: float | str = 0.6,
     progress: bool = True,
 ) -> Scores | Accuracy:
     """Scores the run at `path` on the data its task takes.
@@ -55,7 +55,9 @@ def evaluate_run(
         src, ref: translation: line-aligned source and reference files.
         split: translation: "val" or "test" of the corpus the run was trained on.
         output: translation: write the hypotheses here.
-        beam_size, alpha: translation: the search (beam 1 is greedy).
+        beam_size, alpha: translation: the search (beam 1 is greedy); alpha "val":
+            the exponent of `ALPHAS` that scores best on the run's validation split
+            (`Translator.choose_alpha`), reported with the scores.
         progress: show progress bars.
 
     Raises:
@@ -65,13 +67,24 @@ def evaluate_run(
         if data is None:
             raise ValueError("a classification run is evaluated on --data FILE (labelled texts)")
         return Classifier.from_run(path, engine=engine).evaluate(data, progress=progress)
+    if not split and (src is None or ref is None):
+        raise ValueError(
+            "a translation run is evaluated on --src FILE and --ref FILE, or on --split "
+            "val|test of the corpus it was trained on"
+        )
     translator = Translator.from_run(path, engine=engine)
-    options = dict(beam_size=beam_size, alpha=alpha, progress=progress)
+    choice = None
+    if alpha == "val":
+        if beam_size < 2:
+            raise ValueError("--alpha val needs --beam 2 or more: greedy search has no alpha")
+        choice = translator.choose_alpha(
+            translator.split_pairs("val"), beam_size, progress=progress
+        )
+        alpha = choice.alpha
+    options = dict(beam_size=beam_size, alpha=float(alpha), progress=progress)
     if split:
-        return translator.evaluate_split(split, output, **options)
-    if src is not None and ref is not None:
-        return translator.evaluate(src, ref, output, **options)
-    raise ValueError(
-        "a translation run is evaluated on --src FILE and --ref FILE, or on --split "
-        "val|test of the corpus it was trained on"
-    )
+        scores = translator.evaluate_split(split, output, **options)
+    else:
+        scores = translator.evaluate(src, ref, output, **options)
+    scores.alpha_choice = choice
+    return scores

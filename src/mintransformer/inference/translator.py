@@ -26,15 +26,37 @@ from mintransformer.decoding.greedy import greedy_search, warm_greedy
 from mintransformer.inference.engines import keras_translation_steps, translation_engine
 from mintransformer.inference.streaming import CHUNK_LINES, map_lines
 
+# The length-penalty exponents `choose_alpha` tries by default.
+ALPHAS = (0.6, 1.0, 1.4, 1.8)
+
+
+@dataclass
+class AlphaChoice:
+    """The length-penalty exponent that scored best on a set of pairs, and each one's BLEU."""
+
+    alpha: float
+    bleu: dict[float, float]
+    beam_size: int
+    sentences: int
+
+    def __str__(self) -> str:
+        tried = ", ".join(f"{bleu:.2f} at {alpha:g}" for alpha, bleu in self.bleu.items())
+        return (
+            f"alpha {self.alpha:g} chosen on val ({self.sentences} sentences, beam "
+            f"{self.beam_size}; BLEU {tried})"
+        )
+
 
 @dataclass
 class Scores:
     bleu: float
     chrf: float
     signature: str
+    alpha_choice: AlphaChoice | None = None
 
     def __str__(self) -> str:
-        return f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  ({self.signature})"
+        scores = f"BLEU {self.bleu:.2f}  chrF {self.chrf:.2f}  ({self.signature})"
+        return scores if self.alpha_choice is None else f"{scores}\n{self.alpha_choice}"
 
 
 def score(hypotheses: Sequence[str], references: Sequence[str | Sequence[str]]) -> Scores:
@@ -301,10 +323,9 @@ class Translator:
         _write_lines(output_file, hypotheses)
         return score(hypotheses, list(references.values()))
 
-    def evaluate_split(
-        self, split: str, output_file: str | Path | None = None, **options
-    ) -> Scores:
-        """Scores a split ("val" or "test") of the corpus the run was trained on."""
+    def split_pairs(self, split: str) -> list[tuple[str, str]]:
+        """The `(source, reference)` pairs of a split ("val" or "test") of the corpus the
+        run was trained on."""
         from mintransformer.data.corpora import load_corpus
 
         if self.config is None:
@@ -312,7 +333,37 @@ class Translator:
         splits = load_corpus(self.config.data)
         if split not in splits:
             raise ValueError(f"this run's corpus has no {split!r} split: {sorted(splits)}")
-        return self.evaluate_pairs(splits[split], output_file, **options)
+        return splits[split]
+
+    def evaluate_split(
+        self, split: str, output_file: str | Path | None = None, **options
+    ) -> Scores:
+        """Scores a split ("val" or "test") of the corpus the run was trained on."""
+        return self.evaluate_pairs(self.split_pairs(split), output_file, **options)
+
+    def choose_alpha(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        beam_size: int,
+        alphas: Sequence[float] = ALPHAS,
+        progress: bool = False,
+    ) -> AlphaChoice:
+        """The length-penalty exponent of `alphas` whose beam search scores the highest
+        BLEU on `pairs` (the first of equal scores), with each one's BLEU.
+
+        Raises:
+            ValueError: for greedy search (`beam_size` 1), which has no length penalty.
+        """
+        if beam_size < 2:
+            raise ValueError("choosing alpha needs beam search (a beam of 2 or more)")
+        bleu = {
+            float(alpha): self.evaluate_pairs(
+                pairs, beam_size=beam_size, alpha=alpha, progress=progress
+            ).bleu
+            for alpha in alphas
+        }
+        best = max(bleu, key=lambda alpha: bleu[alpha])
+        return AlphaChoice(best, bleu, beam_size, len({source for source, _ in pairs}))
 
     def report(
         self,
@@ -320,11 +371,12 @@ class Translator:
         beam_size: int = 1,
         shown: int = 5,
         progress: bool = True,
+        alpha: float = 0.6,
     ) -> str:
         """Scores, exact-match rate and a few examples of translating held-out `pairs`."""
         sources = [source for source, _ in pairs]
         references = [target for _, target in pairs]
-        hypotheses = self.translate(sources, beam_size=beam_size, progress=progress)
+        hypotheses = self.translate(sources, beam_size=beam_size, alpha=alpha, progress=progress)
         exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / len(pairs)
         lines = [
             f"held-out ({len(pairs)} sentences): {score(hypotheses, references)}  "

@@ -17,6 +17,7 @@ checkpoint.
 from __future__ import annotations
 
 import contextlib
+import csv
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,6 +187,14 @@ class RunDirectory:
         with self.explain_damage():
             return load_tokenizer(self.tokenizer_path)
 
+    def log(self) -> list[dict[str, float]]:
+        """The rows of log.csv, one an epoch, each metric a float (none: no log yet)."""
+        if not self.log_path.is_file():
+            return []
+        with self.log_path.open(newline="", encoding="utf-8") as file:
+            rows = list(csv.DictReader(file))
+        return [{name: _number(value) for name, value in row.items()} for row in rows]
+
     def checkpoint_path(self, epoch: int) -> Path:
         return self.checkpoint_dir / f"epoch-{epoch:04d}.npz"
 
@@ -218,3 +227,10 @@ class RunDirectory:
             if err.remedy:
                 raise
             raise err.with_remedy(self.repair_hint(err.path)) from None
+
+
+def _number(value: str | None) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")

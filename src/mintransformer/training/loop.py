@@ -16,6 +16,7 @@ only what differs between tasks, as a `Task`.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -131,12 +132,29 @@ def train(
         trainee = task.compile(model, config, len(train_batches))
         fit(run, trainee, train_batches, val_batches, config, resume, verbose)
     print(f"trained in {time.perf_counter() - start:.0f} s; run directory: {run.path}")
+    curve = val_curve(run.log())
+    if curve:
+        print(curve)
     held_out = None
     if task.held_out is not None:
         held_out = task.held_out(model, tokenizer, config, data, verbose)
         if held_out is not None:
             print(f"{task.held_out_label}: {held_out}" if task.held_out_label else held_out)
     return Trained(model, tokenizer, config, data, held_out)
+
+
+def val_curve(rows: list[dict[str, float]]) -> str | None:
+    """What the val loss did, from log.csv's `rows`: its lowest, after which epoch, and
+    its last value; None without a val loss."""
+    losses = [row.get("val_loss", math.nan) for row in rows]
+    finite = [(loss, epoch) for epoch, loss in enumerate(losses, start=1) if math.isfinite(loss)]
+    if not finite:
+        return None
+    lowest, epoch = min(finite)
+    return (
+        f"val loss: lowest {lowest:.4f} after epoch {epoch} of {len(rows)}, "
+        f"last {losses[-1]:.4f} (each epoch's in log.csv)"
+    )
 
 
 @contextlib.contextmanager

@@ -73,17 +73,25 @@ def compile_model(
 
 
 def held_out_report(count: int, beam_size: int = 1):
-    """A `Task.held_out` that translates the first `count` test (else validation) pairs
-    and reports their scores; None for `count` 0."""
-    if count <= 0:
+    """A `Task.held_out` that, with beam search, chooses alpha on the validation pairs
+    (`Translator.choose_alpha`), then translates the first `count` test (else validation)
+    pairs with it and reports their scores; None for greedy search and `count` 0."""
+    if count <= 0 and beam_size <= 1:
         return None
 
     def report(
         model: Transformer, tokenizer: Tokenizer, config: TranslationConfig, splits, verbose
     ):
-        held_out = (splits.get("test") or splits["val"])[:count]
         translator = Translator.from_model(model, tokenizer, config=config)
-        return translator.report(held_out, beam_size=beam_size, progress=verbose > 0)
+        lines, options = [], dict(beam_size=beam_size, progress=verbose > 0)
+        if beam_size > 1:
+            choice = translator.choose_alpha(splits["val"], **options)
+            lines.append(str(choice))
+            options["alpha"] = choice.alpha
+        if count > 0:
+            held_out = (splits.get("test") or splits["val"])[:count]
+            lines.append(translator.report(held_out, **options))
+        return "\n".join(lines)
 
     return report
 
@@ -114,7 +122,8 @@ def train(
             `data_parallel`).
         report: after training, translate this many held-out pairs and print their
             scores (0: none).
-        beam_size: the beam of that report (1: greedy).
+        beam_size: the beam of that report (1: greedy); above 1, the length penalty's
+            alpha is first chosen on the validation pairs, and printed.
 
     Returns:
         the trained model, its tokenizer and the corpus splits it was trained on.
