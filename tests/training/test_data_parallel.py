@@ -17,11 +17,14 @@ import numpy as np
 import pytest
 
 from mintransformer.backend.distribution import DataParallel, Shards
+from mintransformer.config import ClassificationConfig, TranslationConfig
 from mintransformer.training.data_parallel import ShardedBatches
 from tests.training.test_classification import synthetic_reviews, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = "tests.training.data_parallel_worker"
+# The workers train with their configs' default learning rates.
+PEAK_LEARNING_RATE = max(c().peak_learning_rate for c in (ClassificationConfig, TranslationConfig))
 
 
 def worker(run_dir, task, epochs, *parallel, devices=1, resume=False, pad_as=None):
@@ -63,12 +66,16 @@ def assert_same_steps(a: dict, b: dict):
     The weights are compared loosely: Adam divides each gradient by its running
     size, so for a weight whose gradient is almost zero it turns the last bits of
     a summation order (two devices add the halves of a batch) into steps of up to
-    the learning rate.
+    the learning rate. Most weights agree to 5e-3; such a weight can be up to two
+    learning rates a step apart (each run stepping its own way).
     """
-    assert len(a["losses"]) == len(b["losses"]) > 0
+    steps = len(a["losses"])
+    assert steps == len(b["losses"]) > 0
     np.testing.assert_allclose(a["losses"], b["losses"], rtol=1e-5, atol=1e-5)
+    bound = 2 * PEAK_LEARNING_RATE * steps
     for x, y in zip(a["weights"], b["weights"], strict=True):
-        np.testing.assert_allclose(x, y, atol=5e-3)
+        np.testing.assert_allclose(x, y, atol=bound)
+        assert np.mean(np.abs(np.subtract(x, y)) <= 5e-3) >= 0.95
 
 
 def reviews_data(run_dir: Path) -> None:

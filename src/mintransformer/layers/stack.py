@@ -75,7 +75,7 @@ class Stack(keras.layers.Layer):
         activation: str = "relu",
         norm_first: bool = False,
         position: str = "sinusoidal",
-        layer_norm_epsilon: float = 1e-5,
+        layer_norm_epsilon: float = 1e-6,
         key_dim: int | None = None,
         ngram_buckets: int = 0,
         ngram_dropout: float = 0.0,

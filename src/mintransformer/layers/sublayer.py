@@ -159,7 +159,7 @@ class BlockOptions(keras.layers.Layer):
         dropout_rate: float = 0.1,
         activation: str = "relu",
         norm_first: bool = False,
-        layer_norm_epsilon: float = 1e-5,
+        layer_norm_epsilon: float = 1e-6,
         use_bias: bool = True,
         key_dim: int | None = None,
         attention_dropout_rate: float | None = None,
