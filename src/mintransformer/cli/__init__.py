@@ -204,14 +204,11 @@ def add_training_flags(parser, task: str, bf16: bool = True) -> None:
 
 
 def add_decoding_flags(parser, alpha_on_val: bool = False) -> None:
-    """--beam and --alpha; with `alpha_on_val`, --alpha may be "val" (chosen on the run's
-    validation split)."""
+    """--beam and --alpha; with `alpha_on_val`, --alpha may be "val" (the best on val)."""
     parser.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
-    if alpha_on_val:
-        what = 'length penalty exponent, or "val": of 0.6, 1, 1.4, 1.8 the best on val'
-        parser.add_argument("--alpha", type=alpha_or_val, default=0.6, help=what)
-    else:
-        parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
+    on_val = ', or "val": of 0.6, 1, 1.4, 1.8 the best on val' if alpha_on_val else ""
+    kind = alpha_or_val if alpha_on_val else float
+    parser.add_argument("--alpha", type=kind, default=0.6, help=f"length penalty exponent{on_val}")
 
 
 def add_engine_flag(parser) -> None:
@@ -317,15 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     what = "export a run to ONNX, CTranslate2 or transformers"
     export = add(commands, "export", what, export_command)
     export.add_argument("--run", type=Path, required=True)
-    export.add_argument(
-        "-o", "--output", type=Path, help="export folder (default: RUN/onnx or RUN/ct2)"
-    )
-    export.add_argument(
-        "--format",
-        choices=["onnx", "ct2", "hf"],
-        default="onnx",
-        help="ct2: a CTranslate2 folder (--engine ct2); hf: a transformers folder",
-    )
+    export.add_argument("-o", "--output", type=Path, help="default: RUN/onnx or RUN/ct2")
+    formats = "ct2: a CTranslate2 folder (--engine ct2); hf: a transformers folder"
+    export.add_argument("--format", choices=["onnx", "ct2", "hf"], default="onnx", help=formats)
     export.add_argument("--int8", action="store_true", help="int8 weights (dynamic quantization)")
 
     imports = commands.add_parser("import", help="import a model")
