@@ -187,8 +187,9 @@ class RunDirectory:
         with self.explain_damage():
             return load_tokenizer(self.tokenizer_path)
 
-    def log(self) -> list[dict[str, float]]:
-        """The rows of log.csv, one an epoch, each metric a float (none: no log yet)."""
+    def log(self) -> list[dict[str, float | str]]:
+        """The rows of log.csv, one an epoch, each value a float where it is a number
+        (none: no log yet)."""
         if not self.log_path.is_file():
             return []
         with self.log_path.open(newline="", encoding="utf-8") as file:
@@ -229,8 +230,8 @@ class RunDirectory:
             raise err.with_remedy(self.repair_hint(err.path)) from None
 
 
-def _number(value: str | None) -> float:
+def _number(value: str | None) -> float | str | None:
     try:
         return float(value)
     except (TypeError, ValueError):
-        return float("nan")
+        return value

@@ -8,7 +8,6 @@ endpoints in `app` call the service; the service calls the model.
 from __future__ import annotations
 
 import asyncio
-import csv
 import dataclasses
 import json
 import logging
@@ -22,13 +21,13 @@ import numpy as np
 
 from mintransformer.data.token_stream import decode_text
 from mintransformer.inference.translator import SourceTooLongError
+from mintransformer.runs.directory import RunDirectory
 from mintransformer.serving.batching import Batcher
 from mintransformer.serving.buckets import Buckets
 from mintransformer.serving.limits import Limits, RequestError
 
 log = logging.getLogger("mintransformer.serving")
 CONFIG_FILE = "config.json"
-LOG_FILE = "log.csv"
 
 
 def read_task_config(path: Path) -> dict:
@@ -43,20 +42,8 @@ def read_task_config(path: Path) -> dict:
 
 def training_result(path: Path) -> dict | None:
     """The last row of the run's log.csv (its final epoch's metrics), if there is one."""
-    log_path = Path(path) / LOG_FILE
-    if not log_path.is_file():
-        return None
-    with log_path.open(newline="", encoding="utf-8") as file:
-        rows = list(csv.DictReader(file))
-    if not rows:
-        return None
-    result = {}
-    for name, value in rows[-1].items():
-        try:
-            result[name] = float(value)
-        except (TypeError, ValueError):
-            result[name] = value
-    return {"epochs": len(rows), "last_epoch": result}
+    rows = RunDirectory(path).log()
+    return {"epochs": len(rows), "last_epoch": rows[-1]} if rows else None
 
 
 class Service:

@@ -143,17 +143,22 @@ def train(
     return Trained(model, tokenizer, config, data, held_out)
 
 
-def val_curve(rows: list[dict[str, float]]) -> str | None:
+def val_curve(rows: list[dict[str, float | str]]) -> str | None:
     """What the val loss did, from log.csv's `rows`: its lowest, after which epoch, and
     its last value; None without a val loss."""
-    losses = [row.get("val_loss", math.nan) for row in rows]
-    finite = [(loss, epoch) for epoch, loss in enumerate(losses, start=1) if math.isfinite(loss)]
+    losses = [row.get("val_loss") for row in rows]
+    finite = [
+        (loss, epoch)
+        for epoch, loss in enumerate(losses, start=1)
+        if isinstance(loss, float) and math.isfinite(loss)
+    ]
     if not finite:
         return None
     lowest, epoch = min(finite)
+    last = losses[-1] if isinstance(losses[-1], float) else math.nan
     return (
         f"val loss: lowest {lowest:.4f} after epoch {epoch} of {len(rows)}, "
-        f"last {losses[-1]:.4f} (each epoch's in log.csv)"
+        f"last {last:.4f} (each epoch's in log.csv)"
     )
 
 
