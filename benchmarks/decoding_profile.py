@@ -8,7 +8,9 @@ under cProfile. Reported per backend: the warm pass's sentences/s, and from the 
 pass the share of its time inside Keras' `Layer.__call__` (cumulative: the layer code,
 the ops it runs and Keras' own bookkeeping) and the functions with the most time of
 their own. On TensorFlow and JAX the decode is one compiled call, so little Python
-shows; on PyTorch every layer call runs eagerly, once per token.
+shows; on PyTorch the token loop runs in Python and calls traced graphs of its body
+(`backend.compilation.compile_eager_step`), so once the first pass has traced them no
+layer call runs either (before they were traced, every layer ran eagerly per token).
 
 The sources are `--src` (one a line) or, by default, number words (`data.numbers`).
 """

@@ -274,3 +274,39 @@ def test_the_compiled_beam_never_ends_at_the_first_token_either(setup):
 def cached_first_step(cached, sources):
     """The arguments of the first `step` call of a search on `sources`."""
     return np.full(len(sources), START, "int32"), 0, cached.start(sources)
+
+
+def compiled_keys(steps) -> set:
+    """The keys of the calls `steps` has compiled so far (`compiled_loop`)."""
+    return set(steps._loops)
+
+
+@pytest.mark.core
+@pytest.mark.parametrize("beam_size, alpha", [(2, 0.0), (4, 0.6)])
+def test_a_beam_that_outgrows_its_first_cache_carries_on_with_it_grown(setup, beam_size, alpha):
+    model, fixed, sources = setup
+    grown = CachedSteps(model, CACHE, first_cache_length=10)  # sources: 9 wide
+    lengths = set()
+    for end_id in (3, 12, 20, 33):
+        options = dict(
+            start_id=START, end_id=end_id, max_length=CACHE, beam_size=beam_size, alpha=alpha
+        )
+        compiled, loop = both(grown, sources, **options)
+        assert_same(compiled, loop)
+        assert_same(compiled, beam_search(fixed, sources, **options))
+        lengths |= {len(tokens) for tokens in loop[0]}
+    assert max(lengths) > 10, lengths
+    assert ("beam_grow", CACHE) in compiled_keys(grown)
+
+
+@pytest.mark.core
+def test_warming_a_beam_shape_compiles_every_call_its_searches_make(setup):
+    model, _, sources = setup
+    steps = CachedSteps(model, CACHE, first_cache_length=10)
+    options = BeamOptions(START, 33, CACHE, beam_size=3, alpha=0.6)
+    beam.warm_beam(steps, sources, options)
+    warmed = compiled_keys(steps)
+    assert {("beam", 3, 10), "beam_segment", ("beam_grow", CACHE)} <= warmed
+    for end_id in (3, 33):
+        beam_search(steps, sources, start_id=START, end_id=end_id, max_length=CACHE, beam_size=3)
+    assert compiled_keys(steps) == warmed

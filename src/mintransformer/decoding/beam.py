@@ -213,7 +213,7 @@ def _python_ranked(steps: Steps, source_ids, options: BeamOptions) -> list[list[
 
 def search_is_over(best_finished: np.ndarray, live_scores: np.ndarray, steps_run, alpha):
     """Per source, whether no live hypothesis ending at the next step would beat its best
-    finished one (`_beam_loop` computes the same in tensors).
+    finished one (`_beam_goes_on` computes the same in tensors).
 
     A live hypothesis can only lose probability. With `alpha <= 0` it can therefore
     never overtake, and the search is exact; with `alpha > 0` a longer one is
@@ -242,42 +242,99 @@ def compiled_beam(steps, source_ids, options: BeamOptions) -> tuple[list[list[in
 
 
 def _run_compiled(steps, source_ids, options: BeamOptions) -> tuple:
-    """`_beam_loop`'s outputs as NumPy arrays (`compiled_beam`'s one compiled call)."""
+    """`_beam_first`'s outputs (and `_beam_segment`'s, once the cache has grown) as
+    NumPy arrays: `(steps_run, live_scores, live, finished, finished_scores,
+    finished_lengths)`, as `_ranked` reads them."""
     from keras import ops
 
     steps.check_length(options.max_length)
-    k = options.beam_size
-    loop = steps.compiled_loop(("beam", k), functools.partial(_beam_loop, steps, k))
-    token_settings = (options.start_id, options.end_id, options.max_length)
-    outputs = loop(
-        ops.convert_to_tensor(np.asarray(source_ids, "int32")),
-        *(ops.convert_to_tensor(value, "int32") for value in token_settings),
+    source_ids = np.asarray(source_ids, "int32")
+    calls = _BeamCalls(steps, options.beam_size)
+    cache_lengths = steps.cache_lengths(source_ids.shape[1], options.max_length)
+    settings = _tensor_settings(options)
+    start = [ops.convert_to_tensor(value, "int32") for value in (source_ids, options.start_id)]
+    loop_vars = calls.first(cache_lengths[0])(*start, *settings)
+    for length in cache_lengths[1:]:
+        if int(ops.convert_to_numpy(loop_vars[0])) < steps.cache_length(loop_vars[2]):
+            break  # the search ended before the cache was full
+        loop_vars = calls.segment(*calls.grow(length)(loop_vars), *settings)
+    index, _, _, live_scores, live, finished = loop_vars
+    return tuple(ops.convert_to_numpy(value) for value in (index, live_scores, live, *finished))
+
+
+def warm_beam(steps, source_ids, options: BeamOptions) -> None:
+    """Compiles the calls `compiled_beam` can make for batches shaped like `source_ids`:
+    the first, and the segment on each longer cache (called so that it stops before
+    its first token). A server warms its beam shapes with this."""
+    from keras import ops
+
+    source_ids = np.asarray(source_ids, "int32")
+    calls = _BeamCalls(steps, options.beam_size)
+    cache_lengths = steps.cache_lengths(source_ids.shape[1], options.max_length)
+    settings = list(_tensor_settings(options))
+    start = [ops.convert_to_tensor(value, "int32") for value in (source_ids, options.start_id)]
+    loop_vars = calls.first(cache_lengths[0])(*start, *settings)
+    settings[1] = ops.convert_to_tensor(0, "int32")  # max_length 0: no token decoded
+    for length in cache_lengths[1:]:
+        loop_vars = calls.segment(*calls.grow(length)(loop_vars), *settings)
+
+
+def _tensor_settings(options: BeamOptions) -> tuple:
+    """`(end_id, max_length, alpha)` as the compiled calls take them."""
+    from keras import ops
+
+    return (
+        ops.convert_to_tensor(options.end_id, "int32"),
+        ops.convert_to_tensor(options.max_length, "int32"),
         ops.convert_to_tensor(options.alpha, "float32"),
     )
-    return tuple(ops.convert_to_numpy(value) for value in outputs)
 
 
-def _beam_loop(steps, beam_size, source_ids, start_id, end_id, max_length, alpha):
-    """The tensors `compiled_beam` compiles: `python_beam`'s loop written in tensors.
+class _BeamCalls:
+    """The compiled calls of `compiled_beam` for one beam size, cached by the steps."""
+
+    def __init__(self, steps, beam_size: int):
+        self.steps, self.beam_size = steps, beam_size
+        self.segment = steps.compiled_loop("beam_segment", functools.partial(_beam_segment, steps))
+
+    def first(self, cache_length: int):
+        """Starts on a cache of `cache_length` positions, then `_beam_segment`."""
+        return self.steps.compiled_loop(
+            ("beam", self.beam_size, cache_length),
+            functools.partial(_beam_first, self.steps, self.beam_size, cache_length),
+        )
+
+    def grow(self, cache_length: int):
+        """The loop variables with the cache padded to `cache_length` positions."""
+        return self.steps.compiled_loop(
+            ("beam_grow", cache_length),
+            functools.partial(_grow_cache, self.steps, cache_length),
+            jit_compile=False,
+        )
+
+
+def _beam_first(steps, beam_size, cache_length, source_ids, start_id, end_id, max_length, alpha):
+    """The first call of `compiled_beam`: `python_beam`'s loop written in tensors, on a
+    cache of `cache_length` positions.
 
     Per step, the `2 * beam_size` best continuations of each source are scanned best
     first, exactly as `python_beam` does: a </s> continuation ranked before the
     `beam_size`-th live one is finished, the others fill the live slots in order.
     The finished hypotheses kept are the `beam_size` best so far, best first. The
-    loop ends when `search_is_over` holds for every source, or at `max_length`.
+    loop ends when `search_is_over` holds for every source, or at `max_length`, or
+    when the cache is full (`_beam_segment` then carries on with it grown).
 
-    Returns:
-        `(steps_run, live_scores (batch, beam), live (batch, beam, T), finished
-        (batch, beam, T), finished_scores, finished_lengths (batch, beam))`:
-        `steps_run` tokens were decoded, live hypotheses hold their total
-        log-probability and finished ones their normalised score (-inf for an
-        empty slot); `T` is `steps.max_length`.
+    Returns the loop variables `(steps_run, tokens, state, live_scores (batch, beam),
+    live (batch, beam, T), (finished (batch, beam, T), finished_scores,
+    finished_lengths (batch, beam)))`: `steps_run` tokens were decoded, live
+    hypotheses hold their total log-probability and finished ones their normalised
+    score (-inf for an empty slot); `T` is `steps.max_length`.
     """
     from keras import ops
 
     k, width = beam_size, steps.max_length
     batch = ops.shape(source_ids)[0]
-    state = steps.start_tensors(ops.repeat(source_ids, k, axis=0))
+    state = steps.start_tensors(ops.repeat(source_ids, k, axis=0), cache_length)
     tokens = ops.full((batch * k,), start_id, "int32")
     # Only the first beam is live at the start: all beams would be equal.
     live_scores = ops.concatenate(
@@ -289,63 +346,95 @@ def _beam_loop(steps, beam_size, source_ids, start_id, end_id, max_length, alpha
         ops.full((batch, k), float("-inf")),  # normalised scores, best first
         ops.zeros((batch, k), "int32"),  # lengths
     )
-    row_offsets = ops.arange(batch, dtype="int32")[:, None] * k
-
-    def not_done(index, tokens, state, live_scores, live, finished_state):
-        # `search_is_over`, in tensors.
-        penalty = length_penalty(ops.cast(index + 1, "float32"), alpha)
-        over = finished_state[1][:, 0] >= ops.max(live_scores, axis=-1) / penalty
-        return ops.logical_and(index < max_length, ops.logical_not(ops.all(over)))
-
-    def gather_beams(sequences, beams):
-        beams = ops.repeat(beams[:, :, None], width, axis=2)
-        return ops.take_along_axis(sequences, beams, axis=1)
-
-    def decode_one(index, tokens, state, live_scores, live, finished_state):
-        finished, finished_scores, finished_lengths = finished_state
-        log_probs, state = steps.step_tensors(tokens, index, state)
-        log_probs = rules.allowed_tensors(log_probs, index, end_id)
-        vocab = ops.shape(log_probs)[-1]
-        totals = live_scores[:, :, None] + ops.reshape(log_probs, (batch, k, vocab))
-        top_totals, top = ops.top_k(ops.reshape(totals, (batch, k * vocab)), 2 * k)
-        top = ops.cast(top, "int32")
-        beams, next_tokens = top // vocab, top % vocab
-        is_end = next_tokens == end_id
-        continues = ops.logical_not(is_end)
-        lives = ops.cast(continues, "int32")
-        lives_before = ops.cumsum(lives, axis=1) - lives
-        # The Python loop stops scanning once the live slots are full.
-        scanned = ops.logical_and(lives_before < k, ops.isfinite(top_totals))
-
-        # Finished: the k best of those kept so far and this step's, old ones first on ties.
-        ended = ops.where(
-            ops.logical_and(scanned, is_end),
-            top_totals / length_penalty(ops.cast(index + 1, "float32"), alpha),
-            float("-inf"),
-        )
-        finished_scores, chosen = ops.top_k(ops.concatenate([finished_scores, ended], axis=1), k)
-        chosen = ops.cast(chosen, "int32")
-        candidates = ops.concatenate([finished, gather_beams(live, beams)], axis=1)
-        finished = gather_beams(candidates, chosen)
-        lengths = ops.concatenate(
-            [finished_lengths, ops.full((batch, 2 * k), index, "int32")], axis=1
-        )
-        finished_lengths = ops.take_along_axis(lengths, chosen, axis=1)
-
-        to_live = _select(ops.logical_and(scanned, continues), lives_before, k)
-        filled = ops.any(to_live, axis=-1)
-        live_scores = ops.where(filled, _pick(to_live, top_totals), float("-inf"))
-        parents = _pick(to_live, beams)
-        tokens = ops.where(filled, _pick(to_live, next_tokens), end_id)
-        live = ops.slice_update(gather_beams(live, parents), (0, 0, index), tokens[:, :, None])
-        state = steps.reorder_tensors(state, ops.reshape(parents + row_offsets, (-1,)))
-        finished_state = (finished, finished_scores, finished_lengths)
-        return index + 1, ops.reshape(tokens, (-1,)), state, live_scores, live, finished_state
-
     index = ops.convert_to_tensor(0, "int32")
     loop_vars = (index, tokens, state, live_scores, live, finished_state)
-    index, _, _, live_scores, live, finished_state = ops.while_loop(not_done, decode_one, loop_vars)
-    return (index, live_scores, live, *finished_state)
+    return _beam_segment(steps, *loop_vars, end_id, max_length, alpha)
+
+
+def _grow_cache(steps, cache_length, loop_vars):
+    """The loop variables with the cache grown to `cache_length` positions."""
+    index, tokens, state, *rest = loop_vars
+    return (index, tokens, steps.grow_cache_tensors(state, cache_length), *rest)
+
+
+def _beam_segment(
+    steps, index, tokens, state, live_scores, live, finished_state, end_id, max_length, alpha
+):
+    """The beam loop from `index` until the search is over, or `max_length`, or the
+    cache is full; returns the loop variables."""
+    from keras import ops
+
+    end = ops.minimum(max_length, steps.cache_length(state))
+    goes_on, decode_one = steps.in_loop(_beam_goes_on), steps.in_loop(_beam_decode_one)
+    return ops.while_loop(
+        lambda *loop_vars: goes_on(*loop_vars, end, alpha),
+        lambda *loop_vars: decode_one(*loop_vars, end_id, alpha),
+        (index, tokens, state, live_scores, live, finished_state),
+    )
+
+
+def _beam_goes_on(steps, index, tokens, state, live_scores, live, finished_state, end, alpha):
+    """Whether the beam loop decodes position `index`: before `end`, and some source's
+    search is not over (`search_is_over`, in tensors)."""
+    from keras import ops
+
+    penalty = length_penalty(ops.cast(index + 1, "float32"), alpha)
+    over = finished_state[1][:, 0] >= ops.max(live_scores, axis=-1) / penalty
+    return ops.logical_and(index < end, ops.logical_not(ops.all(over)))
+
+
+def _beam_decode_one(steps, index, tokens, state, live_scores, live, finished_state, end_id, alpha):
+    """One position of the beam loop (`_beam_first`): the new loop variables."""
+    from keras import ops
+
+    batch, k, width = ops.shape(live)
+    finished, finished_scores, finished_lengths = finished_state
+    log_probs, state = steps.step_tensors(tokens, index, state)
+    log_probs = rules.allowed_tensors(log_probs, index, end_id)
+    vocab = ops.shape(log_probs)[-1]
+    totals = live_scores[:, :, None] + ops.reshape(log_probs, (batch, k, vocab))
+    top_totals, top = ops.top_k(ops.reshape(totals, (batch, k * vocab)), 2 * k)
+    top = ops.cast(top, "int32")
+    beams, next_tokens = top // vocab, top % vocab
+    is_end = next_tokens == end_id
+    continues = ops.logical_not(is_end)
+    lives = ops.cast(continues, "int32")
+    lives_before = ops.cumsum(lives, axis=1) - lives
+    # The Python loop stops scanning once the live slots are full.
+    scanned = ops.logical_and(lives_before < k, ops.isfinite(top_totals))
+
+    # Finished: the k best of those kept so far and this step's, old ones first on ties.
+    ended = ops.where(
+        ops.logical_and(scanned, is_end),
+        top_totals / length_penalty(ops.cast(index + 1, "float32"), alpha),
+        float("-inf"),
+    )
+    finished_scores, chosen = ops.top_k(ops.concatenate([finished_scores, ended], axis=1), k)
+    chosen = ops.cast(chosen, "int32")
+    candidates = ops.concatenate([finished, _gather_beams(live, beams)], axis=1)
+    finished = _gather_beams(candidates, chosen)
+    lengths = ops.concatenate([finished_lengths, ops.zeros((batch, 2 * k), "int32") + index], 1)
+    finished_lengths = ops.take_along_axis(lengths, chosen, axis=1)
+
+    to_live = _select(ops.logical_and(scanned, continues), lives_before, k)
+    filled = ops.any(to_live, axis=-1)
+    live_scores = ops.where(filled, _pick(to_live, top_totals), float("-inf"))
+    parents = _pick(to_live, beams)
+    tokens = ops.where(filled, _pick(to_live, next_tokens), end_id)
+    live = ops.slice_update(_gather_beams(live, parents), (0, 0, index), tokens[:, :, None])
+    row_offsets = ops.arange(batch, dtype="int32")[:, None] * k
+    state = steps.reorder_tensors(state, ops.reshape(parents + row_offsets, (-1,)))
+    finished_state = (finished, finished_scores, finished_lengths)
+    return index + 1, ops.reshape(tokens, (-1,)), state, live_scores, live, finished_state
+
+
+def _gather_beams(sequences, beams):
+    """`(batch, beams, width)` sequences, and int `(batch, n)` beam indices -> the
+    `(batch, n, width)` sequences of those beams."""
+    from keras import ops
+
+    beams = ops.repeat(beams[:, :, None], ops.shape(sequences)[2], axis=2)
+    return ops.take_along_axis(sequences, beams, axis=1)
 
 
 def _select(chosen, slot_of_candidate, slots: int):
@@ -366,7 +455,7 @@ def _pick(one_hot, values):
 
 
 def _ranked(outputs, options: BeamOptions) -> list[list[tuple[float, list[int]]]]:
-    """Per source, the `(score, tokens)` candidates of `_beam_loop`'s arrays, best first
+    """Per source, the `(score, tokens)` candidates of `_run_compiled`'s arrays, best first
     (the first is the choice `python_beam` makes)."""
     steps_run, live_scores, live, finished, finished_scores, finished_lengths = outputs
     steps_run = int(steps_run)

@@ -130,7 +130,7 @@ def compiled_greedy(
     batch = len(source_ids)
     sizes = _smaller_counts(shrink_to, batch)
     source_ids = np.asarray(source_ids, "int32")
-    cache_lengths = _cache_lengths(steps, source_ids.shape[1], max_length)
+    cache_lengths = steps.cache_lengths(source_ids.shape[1], max_length)
     calls = _GreedyCalls(steps)
     scalars = [ops.convert_to_tensor(value, "int32") for value in (end_id, max_length)]
     start = [ops.convert_to_tensor(value, "int32") for value in (source_ids, start_id)]
@@ -195,7 +195,7 @@ def warm_greedy(
     # At most `batch` rows unfinished: each loop stops before its first token.
     scalars = [ops.convert_to_tensor(value, "int32") for value in (end_id, max_length, batch)]
     start = [ops.convert_to_tensor(value, "int32") for value in (source_ids, start_id)]
-    cache_lengths = _cache_lengths(steps, source_ids.shape[1], max_length)
+    cache_lengths = steps.cache_lengths(source_ids.shape[1], max_length)
     one_call_first = not _smaller_counts(shrink_to, batch)
     if one_call_first:
         loop_vars = calls.first(cache_lengths[0])(*start, *scalars)
@@ -241,20 +241,6 @@ class _GreedyCalls:
             functools.partial(_grow_cache, self.steps, cache_length),
             jit_compile=False,
         )
-
-
-def _cache_lengths(steps, source_width: int, max_length: int) -> list[int]:
-    """The cache lengths a decode of `max_length` positions moves through: the steps'
-    `first_cache_length`, then (if it can need more) all of `steps.max_length`.
-
-    Sources wider than the first cache start on all of it: a translation runs about as
-    long as its source, so theirs would outgrow the first cache anyway, and a cache
-    length skipped is a loop per shape not compiled.
-    """
-    first = getattr(steps, "first_cache_length", steps.max_length)
-    if first >= steps.max_length or source_width > first:
-        return [steps.max_length]
-    return [first] if max_length <= first else [first, steps.max_length]
 
 
 def _smaller_counts(shrink_to: Sequence[int], batch: int) -> list[int]:
@@ -307,19 +293,24 @@ def _greedy_segment(steps, index, tokens, state, outputs, done, lengths, end_id,
     from keras import ops
 
     end = ops.minimum(max_length, steps.cache_length(state))
-
-    def not_finished(index, tokens, state, outputs, done, lengths):
-        unfinished = ops.sum(ops.cast(ops.logical_not(done), "int32"))
-        return ops.logical_and(index < end, unfinished > fits)
-
-    def decode_one(index, tokens, state, outputs, done, lengths):
-        return _decode_one(steps, end_id, index, tokens, state, outputs, done, lengths)
-
-    loop_vars = (index, tokens, state, outputs, done, lengths)
-    return ops.while_loop(not_finished, decode_one, loop_vars)
+    goes_on, decode_one = steps.in_loop(_goes_on), steps.in_loop(_decode_one)
+    return ops.while_loop(
+        lambda *loop_vars: goes_on(*loop_vars, end, fits),
+        lambda *loop_vars: decode_one(*loop_vars, end_id),
+        (index, tokens, state, outputs, done, lengths),
+    )
 
 
-def _decode_one(steps, end_id, index, tokens, state, outputs, done, lengths):
+def _goes_on(steps, index, tokens, state, outputs, done, lengths, end, fits):
+    """Whether the greedy loop decodes position `index`: it is before `end` and more
+    than `fits` rows are unfinished."""
+    from keras import ops
+
+    unfinished = ops.sum(ops.cast(ops.logical_not(done), "int32"))
+    return ops.logical_and(index < end, unfinished > fits)
+
+
+def _decode_one(steps, index, tokens, state, outputs, done, lengths, end_id):
     """One position of the greedy loop: every row's next token (</s> once done)."""
     from keras import ops
 

@@ -13,7 +13,10 @@ Objects with `compiled_loops = True` also expose the same three calls on tensors
 (`start_tensors`, `step_tensors`, `reorder_tensors`), `check_length`, and
 `compiled_loop`, which compiles and caches a whole search: the searches in
 `greedy.py` and `beam.py` then run their token loop as one `keras.ops.while_loop`
-call instead of their Python loop.
+call instead of their Python loop. PyTorch compiles no while loop, so there the loop
+runs in Python and calls its condition and body through `in_loop`, which traces them
+into graphs once per shape (`backend.compilation.compile_eager_step`): the same search,
+without Keras' per-layer Python on every token.
 
 For a `Transformer` (scores are log-probabilities):
 
@@ -29,13 +32,14 @@ For a decoder-only `LanguageModel` (scores are float32 logits, which sampling ne
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 import numpy as np
 from keras import ops
 
-from mintransformer.backend.compilation import compile_inference
+from mintransformer.backend.compilation import compile_eager_step, compile_inference
 
 State = Any
 
@@ -65,8 +69,14 @@ class _TensorSteps:
     def __init__(self, model, max_length: int):
         self.model = model
         self.max_length = max_length
-        self._step = compile_inference(self.step_tensors, model.variables)
+        # Called once a search, outside its token loop: traced on PyTorch, like the loop's
+        # body (`in_loop`).
+        self.start_tensors = compile_eager_step(self.start_tensors, model.variables)
+        self._step = compile_inference(
+            compile_eager_step(self.step_tensors, model.variables), model.variables
+        )
         self._loops: dict[Hashable, Callable] = {}
+        self._in_loop: dict[Callable, Callable] = {}
 
     def start_tensors(self, *args):
         """The state before the first position."""
@@ -94,6 +104,19 @@ class _TensorSteps:
         """ValueError if a decode of `max_length` positions would not fit the cache."""
         if max_length > self.max_length:
             raise ValueError(f"`max_length` ({max_length}) exceeds the cache ({self.max_length}).")
+
+    def in_loop(self, fn: Callable) -> Callable:
+        """`fn(self, *args)` as a compiled loop calls it once per token, `fn` a function of
+        tensors with no loop or branch on their values (a search's loop body).
+
+        On TensorFlow and JAX the loop is compiled whole and `fn` runs as it is. On
+        PyTorch the loop runs in Python, so `fn` is traced, once per shape, into a graph
+        (`compile_eager_step`): its Keras layer calls then cost no Python per token.
+        """
+        if fn not in self._in_loop:
+            bound = functools.partial(fn, self)
+            self._in_loop[fn] = compile_eager_step(bound, self.model.variables)
+        return self._in_loop[fn]
 
     def compiled_loop(self, key: Hashable, loop: Callable, jit_compile: bool = True) -> Callable:
         """`loop` compiled once per `key` for this model, with XLA on TensorFlow.
@@ -150,6 +173,19 @@ class CachedSteps(_TensorSteps):
             ops.shape(source_ids)[0], cache_length or self.max_length
         )
         return cache, self.model.decoder.cross_key_values(memory), source_mask
+
+    def cache_lengths(self, source_width: int, max_length: int) -> list[int]:
+        """The cache lengths a compiled search of `max_length` positions moves through:
+        `first_cache_length`, then (if it can need more) all of `max_length`.
+
+        Sources wider than the first cache start on all of it: a translation runs about
+        as long as its source, so theirs would outgrow the first cache anyway, and a
+        cache length skipped is a loop per shape not compiled.
+        """
+        first = self.first_cache_length
+        if first >= self.max_length or source_width > first:
+            return [self.max_length]
+        return [first] if max_length <= first else [first, self.max_length]
 
     @staticmethod
     def cache_length(state):

@@ -21,7 +21,7 @@ from mintransformer.config import TranslationConfig
 from mintransformer.core.files import atomic_write
 from mintransformer.data.lengths import pad_batch
 from mintransformer.data.text import normalize_text, read_lines
-from mintransformer.decoding.beam import beam_search_n_best
+from mintransformer.decoding.beam import BeamOptions, beam_search_n_best, warm_beam
 from mintransformer.decoding.greedy import greedy_search, warm_greedy
 from mintransformer.inference.engines import keras_translation_steps, translation_engine
 from mintransformer.inference.streaming import CHUNK_LINES, map_lines
@@ -247,11 +247,15 @@ class Translator:
 
     def warm_up(self, source_ids, beam_size: int = 1, shrink_to: Sequence[int] = ()) -> None:
         """Compiles what `translate_ids` runs for batches shaped like `source_ids`
-        (greedy: `greedy.warm_greedy`, with the shapes `shrink_to` leads to)."""
+        (greedy: `greedy.warm_greedy`, with the shapes `shrink_to` leads to; beam search:
+        `beam.warm_beam`)."""
         if hasattr(self.steps, "search"):
             return  # nothing compiled per shape
+        options = self._search_options()
         if beam_size == 1:
-            warm_greedy(self.steps, source_ids, shrink_to=shrink_to, **self._search_options())
+            warm_greedy(self.steps, source_ids, shrink_to=shrink_to, **options)
+        elif getattr(self.steps, "compiled_loops", False):
+            warm_beam(self.steps, source_ids, BeamOptions(**options, beam_size=beam_size))
         else:
             self.translate_ids(source_ids, beam_size)
 
