@@ -484,3 +484,33 @@ def test_backend_decoding_times_each_backend_on_the_same_sentences(tmp_path, tra
         assert row["differ_from_tensorflow"] == 0, row
         if row["backend"] == "tensorflow":
             assert row["tensorflow_over_this"] == 1.0
+
+
+def test_cold_start_times_each_engine_in_fresh_processes(tmp_path, trained_run):
+    pytest.importorskip("onnxruntime", reason="the onnx engine needs onnxruntime")
+    pytest.importorskip("tf2onnx", reason="exporting needs tf2onnx")
+    from benchmarks import cold_start
+    from mintransformer.export.onnx_graphs import export_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for path in (trained_run.config_path, trained_run.tokenizer_path, trained_run.weights_path):
+        (run / path.name).write_bytes(path.read_bytes())
+    export_run(run)  # RUN/onnx; no RUN/ct2, so "ct2" fails and is left out
+    output = tmp_path / "cold.json"
+    cold_start.main(
+        ["--run", str(run), "--text", "forty-one", "--repeats", "2", "--json", str(output)]
+        + ["--engines", "keras-torch,onnx,ct2,auto"]
+    )
+    report = json.loads(output.read_text())
+    assert list(report["results"]) == ["keras-torch", "onnx", "auto"]
+    assert "no CTranslate2 export" in report["failed"]["ct2"]
+    outputs = {result["output"] for result in report["results"].values()}
+    assert len(outputs) == 1 and outputs != {""}  # the fp32 export translates as Keras does
+    for result in report["results"].values():
+        assert len(result["seconds"]) == 2 and result["median_s"] > 0
+    stages = report["keras_stages"]["torch"]
+    assert list(stages) == [
+        "import keras and its backend", "import the translator", "load the run",
+        "first translation", "second translation"]  # fmt: skip
+    assert all(seconds > 0 for seconds in stages.values())

@@ -31,6 +31,7 @@ from mintransformer.export.onnx_engine import (  # noqa: E402
 )
 from mintransformer.export.onnx_graphs import export_run  # noqa: E402
 from mintransformer.inference.classifier import Classifier  # noqa: E402
+from mintransformer.inference.engines import EngineChoice, choose_engine  # noqa: E402
 from mintransformer.inference.generator import Generator  # noqa: E402
 from mintransformer.inference.translator import Translator  # noqa: E402
 from mintransformer.runs.directory import RunDirectory  # noqa: E402
@@ -238,6 +239,10 @@ print(Translator.from_run({folder!r}, engine="onnx").translate(["five"]))
 print(Classifier.from_run({str(classification_run.path)!r}, engine="onnx").classify(["superb"]))
 cli.main(["generate", "--engine", "onnx", "--run", {str(language_model_run.path)!r}, "the"])
 cli.main(["translate", "--engine", "onnx", "--run", {folder!r}, "nine"])
+# --engine auto (the default) on runs with an export in RUN/onnx and on an export folder
+cli.main(["classify", "--run", {str(classification_run.path)!r}, "superb"])
+cli.main(["generate", "--run", {str(language_model_run.path)!r}, "the"])
+cli.main(["translate", "--run", {folder!r}, "nine"])
 print(sorted(m for m in sys.modules if m.split(".")[0] in {FRAMEWORKS!r}))
 """
     result = subprocess.run(
@@ -254,11 +259,39 @@ def test_cli_exports_and_translates_as_keras_does(capsys, trained_run, tmp_path)
         assert code == 0 and (run.path / "onnx" / "manifest.json").is_file(), err
     assert not [path.name for path in run.path.iterdir() if path.name.startswith(".")]
     texts = ["five", "three hundred twelve"]
-    _, keras_out, _ = run_cli(capsys, "translate", "--run", run.path, "--beam", "3", *texts)
-    code, onnx_out, err = run_cli(
-        capsys, "translate", "--run", run.path, "--beam", "3", "--engine", "onnx", *texts
-    )
+    translate = ("translate", "--run", run.path, "--beam", "3")
+    _, keras_out, _ = run_cli(capsys, *translate, "--engine", "keras", *texts)
+    code, onnx_out, err = run_cli(capsys, *translate, "--engine", "onnx", *texts)
     assert code == 0 and onnx_out == keras_out, err
+    code, auto_out, err = run_cli(capsys, *translate, *texts)  # --engine auto: the export
+    assert code == 0 and auto_out == keras_out
+    assert err == f"engine: onnx ({run.path / 'onnx'}, the run's export, fp32 weights)\n"
+
+
+def test_engine_auto_passes_over_an_export_of_other_weights_and_says_why(
+    capsys, trained_run, tmp_path
+):
+    run = copy_run(trained_run, tmp_path / "run")
+    assert choose_engine(run.path) == EngineChoice("keras", "")  # no export: nothing to say
+    export_run(run.path)
+    assert choose_engine(run.path).engine == "onnx"
+    assert choose_engine(run.path / "onnx") == EngineChoice("onnx", f"{run.path / 'onnx'} "
+                                                            "is an ONNX export")  # fmt: skip
+    _edit_manifest(run.path / "onnx", lambda m: {**m, "run": {**m["run"], "weights_sha256": "0"}})
+    choice = choose_engine(run.path)
+    assert (
+        choice.engine == "keras" and "exported from another run or other weights" in choice.reason
+    )
+    texts = ["five", "forty-one"]
+    _, keras_out, _ = run_cli(capsys, "translate", "--run", run.path, "--engine", "keras", *texts)
+    code, out, err = run_cli(capsys, "translate", "--run", run.path, *texts)
+    assert code == 0 and out == keras_out and err.startswith("engine: keras (")
+    export_run(run.path)  # the export fresh again, but --backend names the Keras engine's
+    code, out, err = run_cli(
+        capsys, "translate", "--run", run.path, "--backend", "tensorflow", "--verbose", "0", *texts
+    )
+    assert code == 0 and out == keras_out and "engine" not in err
+    assert Translator.from_run(run.path, engine="auto").model is None  # the ONNX engine's
 
 
 def test_end_to_end_benchmark_reports_startup_passes_and_equal_bleu(trained_run, tmp_path):

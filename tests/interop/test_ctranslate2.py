@@ -6,6 +6,7 @@ import pytest
 
 from mintransformer.cli import main
 from mintransformer.decoding.beam import length_penalty
+from mintransformer.inference.engines import choose_engine
 from mintransformer.inference.translator import Translator
 from mintransformer.interop import ct2_export
 from tests.conftest import file_contents
@@ -153,7 +154,8 @@ def test_the_ct2_engine_searches_as_ours(ct2_run):
 @pytest.mark.parametrize("ct2_run", EMBEDDINGS[:1], indirect=True)
 def test_translate_and_evaluate_engine_ct2_print_what_keras_prints(ct2_run, tmp_path, capsys):
     search = ("--beam", "3", "--alpha", "0")
-    keras_out = run_cli(capsys, "translate", "--run", str(ct2_run), *search, *SENTENCES)
+    keras = ("translate", "--run", str(ct2_run), "--engine", "keras", *search)
+    keras_out = run_cli(capsys, *keras, *SENTENCES)
     assert len(keras_out.splitlines()) == len(SENTENCES)
     # The run, or its CTranslate2 folder itself.
     for run in (ct2_run, ct2_run / "ct2"):
@@ -170,6 +172,26 @@ def run_cli(capsys, *argv: str) -> str:
     capsys.readouterr()
     assert main(list(argv)) == 0, capsys.readouterr().err
     return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ct2_run", EMBEDDINGS[:1], indirect=True)
+def test_engine_auto_takes_the_runs_ct2_export_and_not_another_runs(ct2_run, tmp_path, capsys):
+    import shutil
+
+    search = ("--beam", "3", "--alpha", "0", *SENTENCES)
+    keras_out = run_cli(capsys, "translate", "--run", str(ct2_run), "--engine", "keras", *search)
+    assert main(["translate", "--run", str(ct2_run), *search]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == keras_out
+    assert captured.err == f"engine: ct2 ({ct2_run / 'ct2'}, the run's export, fp32 weights)\n"
+    other = make_run(tmp_path / "other", "numbers", seed=1)
+    shutil.copytree(ct2_run / "ct2", other / "ct2")  # another run's weights
+    choice = choose_engine(other)
+    assert choice.engine == "keras" and "another run or other weights" in choice.reason
+    other_keras = run_cli(capsys, "translate", "--run", str(other), "--engine", "keras", "three")
+    assert main(["translate", "--run", str(other), "three"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == other_keras and captured.err.startswith("engine: keras (")
 
 
 @pytest.mark.parametrize("ct2_run", EMBEDDINGS[-1:], indirect=True)

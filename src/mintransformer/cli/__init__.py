@@ -19,6 +19,7 @@ from mintransformer.backend.selection import BACKENDS
 from mintransformer.cli.flags import (
     alpha_or_val,
     check_flags,
+    chosen_engine,
     classification_config,
     interrupted_message,
     language_model_config,
@@ -211,16 +212,17 @@ def add_decoding_flags(parser, alpha_on_val: bool = False) -> None:
     parser.add_argument("--alpha", type=kind, default=0.6, help=f"length penalty exponent{on_val}")
 
 
-def add_engine_flag(parser) -> None:
-    from mintransformer.inference.engines import ENGINES
+def add_engine_flag(parser, default: str = "auto") -> None:
+    from mintransformer.inference.engines import ENGINE_CHOICES
 
     parser.add_argument(
         "--engine",
-        choices=ENGINES,
-        default="keras",
+        choices=ENGINE_CHOICES,
+        default=default,
         help="keras: the run's weights; onnx: its export (`mintransformer export`) on "
         "onnxruntime, without Keras; ct2: its CTranslate2 export (`mintransformer export "
-        "--format ct2`, translation only); --run may then name the export folder",
+        "--format ct2`, translation only); --run may then name the export folder; auto: "
+        f"the run's ct2, else onnx export, else keras (default: {default})",
     )
 
 
@@ -336,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--data", type=Path, help="classification: labelled texts")
     evaluate.add_argument("--output", type=Path, help="write the hypotheses here")
     add_decoding_flags(evaluate, alpha_on_val=True)
-    add_engine_flag(evaluate)
+    add_engine_flag(evaluate, default="keras")
 
     attention = add(commands, "attention", "plot a trained model's attention", attention_command)
     attention.add_argument("--run", type=Path, required=True)
@@ -397,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         check_flags(args)
         if getattr(args, "distribute", None):
             request_host_devices(args.devices)
+        if hasattr(args, "engine"):
+            args.engine = chosen_engine(args)
         if getattr(args, "engine", "keras") == "keras":
             select_backend(args.backend, args.verbose)
         args.run_command(args)

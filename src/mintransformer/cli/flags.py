@@ -9,6 +9,7 @@ is written.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from mintransformer.config import in_flag_terms
 from mintransformer.core import checks
@@ -181,3 +182,19 @@ def interrupted_message(args: argparse.Namespace) -> str:
         return "interrupted"
     command = f"mintransformer train {args.task} --run {args.run} --resume"
     return f"interrupted; continue with `{command}`"
+
+
+def chosen_engine(args: argparse.Namespace) -> str:
+    """`--engine`'s engine: "auto" becomes the run's export, else "keras" (always "keras"
+    with --backend, which only the Keras engine takes); the choice is printed to stderr
+    at --verbose 1 or more where an export was taken or passed over."""
+    from mintransformer.inference.engines import AUTO, choose_engine
+
+    if args.engine != AUTO:
+        return args.engine
+    if args.backend:
+        return "keras"
+    choice = choose_engine(args.run)
+    if choice.reason and args.verbose > 0:
+        print(f"engine: {choice.engine} ({choice.reason})", file=sys.stderr)
+    return choice.engine

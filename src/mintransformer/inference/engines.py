@@ -9,13 +9,18 @@ Each function returns what one inference class takes:
 "keras" loads the run's weights into our layers (`runs.loading.load_trained`);
 "onnx" opens its export on onnxruntime without Keras (`export.onnx_engine`), and the
 path may then be the export folder itself; "ct2" (translation only) opens its
-CTranslate2 export (`export.ct2_engine`), which runs the search itself. Keras is
-imported only by the Keras engine.
+CTranslate2 export (`export.ct2_engine`), which runs the search itself. "auto"
+(`choose_engine`) takes the run's CTranslate2 export, else its ONNX export, else the
+Keras engine: an export answers in a fraction of a second from a cold process, where
+the Keras engine first imports its backend and compiles the search. Keras is imported
+only by the Keras engine.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -23,13 +28,77 @@ import numpy as np
 
 from mintransformer.config import ClassificationConfig, LanguageModelConfig, TranslationConfig
 from mintransformer.core import checks
+from mintransformer.core.errors import CorruptFileError
 
 ENGINES = ("keras", "onnx", "ct2")
 TRANSLATION_ONLY = ("ct2",)
+AUTO = "auto"
+ENGINE_CHOICES = (AUTO, *ENGINES)
 ONNX_HAS_NO_ATTENTION = (
     "the onnx engine runs the exported graphs, which return no attention weights: use "
     "the keras engine for attention"
 )
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine `--engine auto` runs, and why (empty: the Keras engine, no export there)."""
+
+    engine: str
+    reason: str = ""
+
+
+def _open_export(engine: str, path: Path) -> dict:
+    """The manifest of the `engine` export in (or at) `path`, checked as the engine checks it."""
+    if engine == "ct2":
+        from mintransformer.export.ct2_engine import open_folder
+
+        return open_folder(path)[1]
+    from mintransformer.export.folder import ExportFolder
+
+    return ExportFolder.open(path)[1]
+
+
+def choose_engine(path: str | Path) -> EngineChoice:
+    """What "auto" runs for the run directory or export folder `path`.
+
+    An export folder runs on its own engine. A run runs on its CTranslate2 export
+    (`RUN/ct2`), else its ONNX export (`RUN/onnx`), each only when it was made from the
+    run's present config and weights and its runtime is installed; else on the Keras
+    engine. An export with int8 weights is taken too, and the reason says so.
+    """
+    from mintransformer.export import ct2_engine, folder
+
+    path = Path(path)
+    if (path / "model.bin").is_file():
+        return EngineChoice("ct2", f"{path} is a CTranslate2 folder")
+    if (path / folder.MANIFEST).is_file():
+        return EngineChoice("onnx", f"{path} is an ONNX export")
+    passed_over = []
+    for engine, runtime, name in (
+        ("ct2", "ctranslate2", ct2_engine.DEFAULT_FOLDER),
+        ("onnx", "onnxruntime", folder.DEFAULT_FOLDER),
+    ):
+        export = path / name
+        if not export.is_dir():
+            continue
+        if importlib.util.find_spec(runtime) is None:
+            passed_over.append(f"{export} needs {runtime}, which is not installed")
+            continue
+        try:
+            manifest = _open_export(engine, path)
+        except (FileNotFoundError, ValueError, CorruptFileError) as err:
+            passed_over.append(f"{export} not used: {err}")
+            continue
+        weights = "int8" if manifest.get("int8") else "fp32"
+        return EngineChoice(engine, f"{export}, the run's export, {weights} weights")
+    return EngineChoice("keras", "; ".join(passed_over))
+
+
+def resolve_engine(path: str | Path, engine: str) -> str:
+    """`engine`, checked, with "auto" replaced by `choose_engine`'s choice for `path`."""
+    engine = checks.one_of(engine, ENGINE_CHOICES, "engine")
+    return choose_engine(path).engine if engine == AUTO else engine
 
 
 def translation_engine(
@@ -40,7 +109,7 @@ def translation_engine(
 ):
     """`(steps, tokenizer, config)` of a translation run (`decoding.steps` protocol);
     `mixed_precision` is the Keras engine's (`runs.loading.load_trained`)."""
-    engine = checks.one_of(engine, ENGINES, "engine")
+    engine = resolve_engine(path, engine)
     if engine == "onnx":
         from mintransformer.export import onnx_engine
 
@@ -57,15 +126,15 @@ def translation_engine(
     return steps, tokenizer, config
 
 
-def _not_translation_only(engine: str, task: str) -> str:
-    if checks.one_of(engine, ENGINES, "engine") in TRANSLATION_ONLY:
+def _not_translation_only(path: str | Path, engine: str, task: str) -> str:
+    if (engine := resolve_engine(path, engine)) in TRANSLATION_ONLY:
         raise ValueError(f"the {engine} engine runs translation models, not {task} ones")
     return engine
 
 
 def classification_engine(path: str | Path, engine: str = "keras"):
     """`(probabilities, tokenizer, config)` of a classification run."""
-    if _not_translation_only(engine, "classification") == "onnx":
+    if _not_translation_only(path, engine, "classification") == "onnx":
         from mintransformer.export import onnx_engine
 
         return onnx_engine.classification_engine(path)
@@ -77,7 +146,7 @@ def classification_engine(path: str | Path, engine: str = "keras"):
 
 def generation_engine(path: str | Path, engine: str = "keras"):
     """`(generate_ids, tokenizer, max_length)` of a language-model run."""
-    if _not_translation_only(engine, "language") == "onnx":
+    if _not_translation_only(path, engine, "language") == "onnx":
         from mintransformer.export import onnx_engine
 
         return onnx_engine.generation_engine(path)

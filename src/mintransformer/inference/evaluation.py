@@ -6,16 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from mintransformer.config import ClassificationConfig, RunConfig, config_from_json
-from mintransformer.core import checks
 from mintransformer.inference.classifier import Accuracy, Classifier
-from mintransformer.inference.engines import ENGINES
+from mintransformer.inference.engines import resolve_engine
 from mintransformer.inference.translator import Scores, Translator
 
 
 def run_config(path: str | Path, engine: str = "keras") -> RunConfig:
     """The config of the run directory (engine "keras") or export folder ("onnx", "ct2")
-    at `path`."""
-    engine = checks.one_of(engine, ENGINES, "engine")
+    at `path`; "auto" as `engines.choose_engine` picks."""
+    engine = resolve_engine(path, engine)
     if engine == "onnx":
         from mintransformer.export.folder import ExportFolder
 
@@ -50,7 +49,7 @@ def evaluate_run(
 
     Args:
         path: a run directory, or an export folder with engine "onnx" or "ct2".
-        engine: "keras", "onnx" or "ct2" (`inference.engines`).
+        engine: "keras", "onnx", "ct2" or "auto" (`inference.engines`).
         data: classification: a labelled file or folder.
         src, ref: translation: line-aligned source and reference files.
         split: translation: "val" or "test" of the corpus the run was trained on.
@@ -63,6 +62,7 @@ def evaluate_run(
     Raises:
         ValueError: when the data given do not fit the run's task.
     """
+    engine = resolve_engine(path, engine)
     if isinstance(run_config(path, engine), ClassificationConfig):
         if data is None:
             raise ValueError("a classification run is evaluated on --data FILE (labelled texts)")

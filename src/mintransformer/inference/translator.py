@@ -149,7 +149,8 @@ class Translator:
             max_output_length: most target tokens per sentence (default: the model's).
             engine: "keras" (the run's weights), "onnx" (its export on onnxruntime,
                 without Keras) or "ct2" (its CTranslate2 export); `path` may then be
-                the export folder.
+                the export folder. "auto": its export where it has one made from its
+                present weights, else Keras (`inference.engines.choose_engine`).
             mixed_precision: the Keras engine in bf16 (True) or fp32 (False); None: as
                 the run's config asks, or as this machine pays for.
         """

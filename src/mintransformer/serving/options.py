@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from mintransformer.inference.engines import ENGINES
+from mintransformer.inference.engines import ENGINE_CHOICES
 from mintransformer.serving.limits import Limits
 
 DEFAULT_HOST = "127.0.0.1"
@@ -16,7 +16,13 @@ DEFAULT_PORT = 8000
 def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     """Adds the server's flags to the `serve` sub-command's parser."""
     parser.add_argument("--run", type=Path, required=True, help="run directory or export folder")
-    parser.add_argument("--engine", choices=ENGINES, default="keras")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINE_CHOICES,
+        default="keras",
+        help="keras (default; the attention page needs it), onnx, ct2, or auto: the run's "
+        "ct2, else onnx export, else keras",
+    )
     parser.add_argument(
         "--host",
         default=DEFAULT_HOST,
