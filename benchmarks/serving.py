@@ -1,8 +1,8 @@
 """Benchmark: `mintransformer serve` under 1, 8 and 32 concurrent clients.
 
-    python -m benchmarks.serving --run runs/numbers [--onnx runs/numbers/onnx]
+    python -m benchmarks.serving --run runs/numbers [--onnx runs/numbers/onnx] [--ct2 ...]
 
-For each server setting (keras or onnx engine; batching on: up to 32 sentences per decode,
+For each server setting (keras, onnx or ct2 engine; batching on: up to 32 sentences per decode,
 `--max-wait-ms` wait, 5 by default; off: one request per decode) a server process is
 started on a free loopback port and sent `--requests` one-sentence greedy translate
 requests, spread over `--clients` concurrent clients (each sends its next request when the
@@ -16,8 +16,8 @@ short sentence on a warm server; each request alternates with the same sentence 
 in this process without HTTP, which says how much of that latency serving adds. The
 baseline:
 `--cli N` sentences each translated by its own `mintransformer translate` process, as a
-user without a server would. The sentences are the first
-`--requests` lines of `--src`, or of the run's own test split.
+user without a server would (its default `--engine auto`: the run's export, if any). The
+sentences are the first `--requests` lines of `--src`, or of the run's own test split.
 """
 
 from __future__ import annotations
@@ -252,6 +252,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True)
     parser.add_argument("--onnx", type=Path, help="the run's export folder (adds onnx rows)")
+    parser.add_argument("--ct2", type=Path, help="the run's CTranslate2 folder (adds ct2 rows)")
+    parser.add_argument("--no-keras", action="store_true", help="leave out the keras rows")
     parser.add_argument(
         "--src", type=Path, help="sentences, one per line (default: the run's test split)"
     )
@@ -283,7 +285,10 @@ def main() -> None:
     if args.cli:
         results["cli_per_sentence"] = cli_baseline(args.run, texts[: args.cli])
         print(f"one CLI process per sentence: {json.dumps(results['cli_per_sentence'])}")
-    settings = [("keras", args.run)] + ([("onnx", args.onnx)] if args.onnx else [])
+    settings = [("keras", args.run), ("onnx", args.onnx), ("ct2", args.ct2)]
+    settings = [(engine, path) for engine, path in settings if path]
+    if args.no_keras:
+        settings = settings[1:]
     for engine, path in settings:
         offline = Offline(path, engine, texts)
         ceilings = decode_ceilings(offline, args.repeats)

@@ -103,3 +103,38 @@ def test_no_search_emits_the_pad_even_where_it_scores_highest(beam_size):
             found.append(beam_search(steps, sources, beam_size=beam_size, **options)[0])
     assert found[0] == found[1]
     assert any(found[0]) and not any(0 in row for row in found[0]), found[0]
+
+
+@pytest.mark.core
+@pytest.mark.parametrize("limit", [0, 1, 6])
+def test_token_loop_runs_the_body_until_the_condition_fails_as_python_does(
+    model_and_sources, limit
+):
+    from keras import ops
+
+    steps = CachedSteps(model_and_sources[0], 8)
+
+    def goes_on(steps, index, totals, pair, limit):
+        return index < limit
+
+    def decode_one(steps, index, totals, pair, scale):
+        first, second = pair
+        return index + 1, totals + ops.cast(index, "float32") * scale, (second, first + 1)
+
+    start = (
+        ops.convert_to_tensor(0, "int32"),
+        ops.zeros((3,), "float32"),
+        (ops.zeros((2,), "int32"), ops.ones((2,), "int32")),
+    )
+    limit_tensor = ops.convert_to_tensor(limit, "int32")
+    index, totals, (first, second) = steps.token_loop(
+        goes_on, decode_one, start, (limit_tensor,), (2.0,)
+    )
+    # The same loop in Python: `index` runs 0..limit-1, the pair swaps and counts.
+    expected_first, expected_second = np.zeros(2), np.ones(2)
+    for _ in range(limit):
+        expected_first, expected_second = expected_second, expected_first + 1
+    assert int(to_numpy(index)) == limit
+    np.testing.assert_allclose(to_numpy(totals), np.full(3, 2.0 * sum(range(limit))))
+    np.testing.assert_array_equal(to_numpy(first), expected_first)
+    np.testing.assert_array_equal(to_numpy(second), expected_second)

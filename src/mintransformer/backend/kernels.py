@@ -1,6 +1,7 @@
 """Backend-specific kernels that the layers and the loss call: dropout's random mask,
-LayerNorm's training gradient, the loss's arg-max, and whether to use the fused
-attention kernel. Each falls back to `keras.ops` where the backend needs nothing special.
+LayerNorm's training gradient, the loss's arg-max, the key/value cache's write, and
+whether to use the fused attention kernel. Each falls back to `keras.ops` where the
+backend needs nothing special.
 """
 
 from __future__ import annotations
@@ -30,6 +31,25 @@ def argmax_last_axis(x):
 
         return tf.math.argmax(x, axis=-1, output_type=tf.int32)
     return keras.ops.cast(keras.ops.argmax(x, axis=-1), "int32")
+
+
+def write_position(tensor, update, index, axis: int):
+    """`tensor` with position `index` (an int32 scalar) of `axis` set to `update`, which
+    has size 1 on `axis` and `tensor`'s other sizes.
+
+    A one-hot select (`where`), which exports to ONNX as it is; on PyTorch one
+    out-of-place `index_copy`, which copies the tensor once where the select reads it
+    and the broadcast update and writes it.
+    """
+    ops = keras.ops
+    if keras.backend.backend() == "torch":
+        import torch
+
+        position = ops.reshape(ops.cast(index, "int64"), (1,))
+        return torch.index_copy(tensor, axis, position, ops.cast(update, tensor.dtype))
+    at_index = ops.arange(ops.shape(tensor)[axis], dtype="int32") == index
+    rank = len(tensor.shape)
+    return ops.where(ops.reshape(at_index, (-1,) + (1,) * (rank - 1 - axis)), update, tensor)
 
 
 RANDOM_WORD_LEVELS = 65536  # TensorFlow's dropout compares 16-bit random words

@@ -365,11 +365,9 @@ def _beam_segment(
     from keras import ops
 
     end = ops.minimum(max_length, steps.cache_length(state))
-    goes_on, decode_one = steps.in_loop(_beam_goes_on), steps.in_loop(_beam_decode_one)
-    return ops.while_loop(
-        lambda *loop_vars: goes_on(*loop_vars, end, alpha),
-        lambda *loop_vars: decode_one(*loop_vars, end_id, alpha),
-        (index, tokens, state, live_scores, live, finished_state),
+    loop_vars = (index, tokens, state, live_scores, live, finished_state)
+    return steps.token_loop(
+        _beam_goes_on, _beam_decode_one, loop_vars, (end, alpha), (end_id, alpha)
     )
 
 
@@ -433,7 +431,8 @@ def _gather_beams(sequences, beams):
     `(batch, n, width)` sequences of those beams."""
     from keras import ops
 
-    beams = ops.repeat(beams[:, :, None], ops.shape(sequences)[2], axis=2)
+    batch, count = ops.shape(beams)
+    beams = ops.broadcast_to(beams[:, :, None], (batch, count, ops.shape(sequences)[2]))
     return ops.take_along_axis(sequences, beams, axis=1)
 
 

@@ -293,12 +293,8 @@ def _greedy_segment(steps, index, tokens, state, outputs, done, lengths, end_id,
     from keras import ops
 
     end = ops.minimum(max_length, steps.cache_length(state))
-    goes_on, decode_one = steps.in_loop(_goes_on), steps.in_loop(_decode_one)
-    return ops.while_loop(
-        lambda *loop_vars: goes_on(*loop_vars, end, fits),
-        lambda *loop_vars: decode_one(*loop_vars, end_id),
-        (index, tokens, state, outputs, done, lengths),
-    )
+    loop_vars = (index, tokens, state, outputs, done, lengths)
+    return steps.token_loop(_goes_on, _decode_one, loop_vars, (end, fits), (end_id,))
 
 
 def _goes_on(steps, index, tokens, state, outputs, done, lengths, end, fits):

@@ -36,6 +36,7 @@ import functools
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
+import keras
 import numpy as np
 from keras import ops
 
@@ -117,6 +118,41 @@ class _TensorSteps:
             bound = functools.partial(fn, self)
             self._in_loop[fn] = compile_eager_step(bound, self.model.variables)
         return self._in_loop[fn]
+
+    def token_loop(
+        self,
+        goes_on: Callable,
+        decode_one: Callable,
+        loop_vars: tuple,
+        goes_on_args: tuple = (),
+        decode_args: tuple = (),
+    ) -> tuple:
+        """A search's token loop: `ops.while_loop` of `goes_on(self, *loop_vars,
+        *goes_on_args)` and `decode_one(self, *loop_vars, *decode_args)` (functions as
+        `in_loop` takes), returning the last loop variables.
+
+        On PyTorch, where the loop runs in Python, each token is one traced call that
+        decodes and then evaluates the condition on what it decoded, so the loop's
+        Python reads one boolean a token and calls no second graph for it.
+        """
+        if keras.backend.backend() != "torch":
+            return ops.while_loop(
+                lambda *loop_vars: goes_on(self, *loop_vars, *goes_on_args),
+                lambda *loop_vars: decode_one(self, *loop_vars, *decode_args),
+                loop_vars,
+            )
+        key = (goes_on, decode_one)
+        if key not in self._in_loop:
+
+            def decode_then_check(steps, loop_vars, goes_on_args, decode_args):
+                loop_vars = decode_one(steps, *loop_vars, *decode_args)
+                return loop_vars, goes_on(steps, *loop_vars, *goes_on_args)
+
+            self._in_loop[key] = self.in_loop(decode_then_check)
+        going_on = self.in_loop(goes_on)(*loop_vars, *goes_on_args)
+        while bool(going_on):
+            loop_vars, going_on = self._in_loop[key](loop_vars, goes_on_args, decode_args)
+        return tuple(loop_vars)
 
     def compiled_loop(self, key: Hashable, loop: Callable, jit_compile: bool = True) -> Callable:
         """`loop` compiled once per `key` for this model, with XLA on TensorFlow.

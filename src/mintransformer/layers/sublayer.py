@@ -17,6 +17,7 @@ from collections.abc import Callable
 import keras
 from keras import ops
 
+from mintransformer.backend import kernels
 from mintransformer.core import checks
 from mintransformer.layers.arguments import config_with, stored_arguments
 from mintransformer.layers.attention import MultiHeadAttention
@@ -114,10 +115,10 @@ def write_slot(cache, new_slot, index):
     `(2, batch, heads, 1, depth)`.
 
     A one-hot write rather than `slice_update`: the dynamic update slice it becomes
-    has no ONNX equivalent.
+    has no ONNX equivalent. On PyTorch, which exports no ONNX, one `index_copy`
+    (`kernels.write_position`): the select reads and writes the whole cache.
     """
-    positions = ops.arange(ops.shape(cache)[3], dtype="int32")
-    return ops.where(ops.reshape(positions == index, (-1, 1)), new_slot, cache)
+    return kernels.write_position(cache, new_slot, index, axis=3)
 
 
 class BlockOptions(keras.layers.Layer):
