@@ -2,9 +2,11 @@
 
     python -m benchmarks.serving --run runs/numbers [--onnx runs/numbers/onnx] [--ct2 ...]
 
-For each server setting (keras, onnx or ct2 engine; batching on: up to 32 sentences per decode,
-`--max-wait-ms` wait, 5 by default; off: one request per decode) a server process is
-started on a free loopback port and sent `--requests` one-sentence greedy translate
+For each server setting (keras, onnx or ct2 engine; batching on: up to 32 sentences per
+decode, `--max-wait-ms` wait, 5 by default; off: one request per decode) a server process
+is started on a free loopback port; its first requests of four shapes are each timed
+against the same request again (`first_requests`); then it is sent `--requests`
+one-sentence greedy translate
 requests, spread over `--clients` concurrent clients (each sends its next request when the
 last is answered; a few lines of asyncio HTTP, `post_json`). Reported per run:
 sentences/s and the p50/p95/p99 latency of a request, its ratio to the ceiling, offline
@@ -194,6 +196,32 @@ def load_row(url: str, offline: Offline, clients: int, repeats: int) -> tuple[di
     return row, answers
 
 
+def first_requests(url: str, texts: list[str]) -> dict:
+    """Right after start-up, each request shape's first answer against the same request
+    again: one sentence (the shortest, a middling and the longest of `texts`), then eight
+    sentences in one request, each sent twice in turn. A server that compiles a shape on
+    its first use shows it as a first answer far slower than the second."""
+    by_length = sorted(texts, key=lambda text: len(text.split()))
+    requests = [[by_length[0]], [by_length[len(by_length) // 2]], [by_length[-1]], texts[:8]]
+    firsts, agains = [], []
+
+    async def twice() -> None:
+        async with connection(url) as (reader, writer):
+            for request in requests:
+                for times in (firsts, agains):
+                    began = time.perf_counter()
+                    await post_json(reader, writer, "/api/translate", {"texts": request})
+                    times.append(time.perf_counter() - began)
+
+    asyncio.run(twice())
+    return {
+        "requests": [len(request) for request in requests],
+        "first_ms": [round(seconds * 1000, 1) for seconds in firsts],
+        "again_ms": [round(seconds * 1000, 1) for seconds in agains],
+        "worst_first_over_again": round(max(f / a for f, a in zip(firsts, agains, strict=True)), 2),
+    }
+
+
 def short_alone(url: str, offline: Offline, count: int, repeats: int) -> dict:
     """Latency of one short sentence, warm, alone: the `count` sentences of the
     offline texts with the fewest words, each sent by a single client, `repeats`
@@ -299,6 +327,9 @@ def main() -> None:
                 path, engine, batching, args.max_wait_ms, args.max_batch_size
             )
             try:
+                first = {"engine": engine, "batching": batching, **first_requests(url, texts)}
+                results.setdefault("first_requests", []).append(first)
+                print(f"first requests after start-up: {json.dumps(first)}")
                 for clients in (int(c) for c in args.clients.split(",")):
                     row, answers = load_row(url, offline, clients, args.repeats)
                     row.update(engine=engine, batching=batching, startup_s=round(startup, 1))

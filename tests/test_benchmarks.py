@@ -367,6 +367,13 @@ def test_serving_benchmark_reports_each_server_setting_against_offline_and_the_c
         assert row["differ_from_offline"] == 0  # a small fp32 model: the same answers
     assert report["cli_per_sentence"]["sentences"] == 1
     assert report["cli_per_sentence"]["sentences_per_s"] > 0
+    firsts = report["first_requests"]
+    assert [row["batching"] for row in firsts] == [True, False]
+    for row in firsts:
+        assert row["requests"] == [1, 1, 1, 6]  # three sentences alone, then up to 8 at once
+        assert all(ms > 0 for ms in row["first_ms"] + row["again_ms"])
+        ratios = [f / a for f, a in zip(row["first_ms"], row["again_ms"], strict=True)]
+        assert row["worst_first_over_again"] == pytest.approx(max(ratios), rel=0.05)
     alone = report["short_alone"]
     assert [row["batching"] for row in alone] == [True, False]
     for row in alone:
