@@ -393,6 +393,9 @@ def test_ctrl_c_is_one_line_and_exit_status_130(capsys, monkeypatch, tmp_path, c
             "`--val-fraction` must be a number in [0, 1), got 1.5",
         ),
         ("--tsv pairs.tsv --val-fraction 0.5 --test-fraction 0.5", "must be less than 1"),
+        ("--mix-ratio 1", "--mix-ratio would be ignored: it sets how much of --mix-tsv"),
+        ("--mix-tsv pairs.tsv --mix-ratio -1", "`--mix-ratio` must be a finite number >= 0"),
+        ("--mix-tsv pairs.tsv --mix-ratio nan", "`--mix-ratio` must be a finite number >= 0"),
     ],
 )
 def test_data_flags_the_corpus_would_ignore_or_refuse_are_named_before_a_run_is_written(
@@ -427,3 +430,30 @@ def test_translate_refuses_texts_given_twice(capsys, tmp_path):
     args = ["translate", "--run", str(tmp_path / "nope"), "--input", str(tmp_path / "in.txt")]
     code, _, err = run_cli(capsys, *args, "nine")
     assert code == 2 and "give one or the other" in err, err
+
+
+def test_a_run_trained_with_a_mixed_in_tsv_evaluates_on_its_held_out_pairs(capsys, tmp_path):
+    from tests.data.test_corpora import mixture_files
+
+    spec, tsv, _ = mixture_files(tmp_path)
+    run = tmp_path / "run"
+    tiny = "--layers 1 --d-model 16 --heads 2 --dff 32 --vocab-size 120 --epochs 2 --report 0"
+    tiny += " --max-tokens 200 --warmup 2"
+    data = ["--train", spec["train"], "--val", spec["val"], "--test", spec["test"]]
+    data += ["--src", "en", "--tgt", "fr", "--mix-tsv", tsv, "--mix-ratio", "2"]
+    code, _, err = run_cli(capsys, "train", "translation", "--run", str(run), *data,
+                           *tiny.split(), "--verbose", "0")  # fmt: skip
+    assert code == 0, err
+    config = json.loads((run / "config.json").read_text())
+    assert config["data"]["mix"]["path"] == tsv and config["data"]["mix_ratio"] == 2
+    for split in ("mix_val", "mix_test"):
+        code, out, err = run_cli(capsys, "evaluate", "--run", str(run), "--split", split)
+        assert code == 0 and "BLEU" in out, err
+    # alpha for the mixed-in test split is chosen on the mixed-in val split
+    from mintransformer.data.corpora import load_corpus
+
+    mix_val_sources = {source for source, _ in load_corpus(config["data"])["mix_val"]}
+    assert len(mix_val_sources) > 1  # the run's own val has one sentence
+    evaluate = ["evaluate", "--run", str(run), "--beam", "2", "--alpha", "val"]
+    code, out, err = run_cli(capsys, *evaluate, "--split", "mix_test")
+    assert code == 0 and f"chosen on val ({len(mix_val_sources)} sentences" in out, err

@@ -283,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--src", help="source language suffix, e.g. en")
     data.add_argument("--tgt", help="target language suffix, e.g. fr")
     data.add_argument("--tsv", help="SRC<TAB>TGT file (.gz ok), split by source sentence")
+    mix = "a --tsv-like file whose training pairs are added; its held-out pairs: mix_val, mix_test"
+    data.add_argument("--mix-tsv", help=mix)
+    data.add_argument("--mix-ratio", type=float, help="at most R --mix-tsv pairs a pair (all)")
     data.add_argument("--val-fraction", type=float, default=0.02)
     data.add_argument("--test-fraction", type=float, default=0.02)
     data.add_argument("--num-train", type=int, default=30_000, help="numbers corpus size")
@@ -333,7 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--src", type=Path, help="translation: source sentences")
     evaluate.add_argument("--ref", type=Path, help="translation: reference translations")
     evaluate.add_argument(
-        "--split", choices=["val", "test"], help="translation: a split of the run's own corpus"
+        "--split",
+        choices=["val", "test", "mix_val", "mix_test"],
+        help="translation: a split of the run's own corpus (mix_*: of its --mix-tsv)",
     )
     evaluate.add_argument("--data", type=Path, help="classification: labelled texts")
     evaluate.add_argument("--output", type=Path, help="write the hypotheses here")

@@ -130,7 +130,7 @@ def refuse_ignored_flags(args: argparse.Namespace, ignored: set[str], why: str) 
 def translation_config(args):
     """A new translation run's config: the corpus the data flags name, and the settings.
     Refuses data flags that the corpus they name does not read."""
-    from mintransformer.data.corpora import corpus_spec
+    from mintransformer.data import corpora
 
     kind = "tsv" if args.tsv else "parallel" if args.train else "numbers"
     used = CORPUS_FLAGS[kind]
@@ -140,15 +140,19 @@ def translation_config(args):
         f"{CORPUS_READS[kind]} only {', '.join(_flag(dest) for dest in used)}",
     )
     try:
-        data = corpus_spec(
+        data = corpora.corpus_spec(
             **{k: getattr(args, k) for k in ("train", "val", "test", "src", "tgt", "tsv")},
             val_fraction=args.val_fraction,
             test_fraction=args.test_fraction,
             seed=args.seed or 0,
             num_train=args.num_train,
         )
+        if args.mix_tsv:
+            data = corpora.with_mix(data, args.mix_tsv, args.mix_ratio, seed=args.seed or 0)
     except ValueError as err:
-        raise ValueError(in_flag_terms(str(err), used)) from None
+        raise ValueError(in_flag_terms(str(err), (*used, "mix_ratio"))) from None
+    if args.mix_ratio is not None and not args.mix_tsv:
+        raise ValueError("--mix-ratio would be ignored: it sets how much of --mix-tsv is mixed in")
     return new_config(args, "translation", data=data, mixed_precision=args.bf16)
 
 

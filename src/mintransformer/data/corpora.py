@@ -2,11 +2,15 @@
 
 A corpus is described by a small dict (kept in the run's config.json, so a run
 records where its data came from) and loads as {"train", "val"[, "test"]} lists
-of (source, target) pairs.
+of (source, target) pairs. A corpus may have the training pairs of a TSV corpus mixed
+in (`with_mix`); it then also has that corpus's held-out splits, "mix_val" and
+"mix_test", and no training pair shares a source sentence with any held-out split.
 """
 
 from __future__ import annotations
 
+import math
+import random
 from pathlib import Path
 
 from mintransformer.data import numbers, parallel
@@ -51,6 +55,29 @@ def tsv_spec(
         test_fraction=test_fraction,
         seed=seed,
     )
+
+
+def with_mix(
+    spec: dict,
+    tsv: str,
+    ratio: float | None = None,
+    val_fraction: float = 0.02,
+    test_fraction: float = 0.02,
+    seed: int = 0,
+) -> dict:
+    """`spec` with the training pairs of the TSV corpus `tsv` (split as `tsv_spec` splits
+    it) added to its own.
+
+    Args:
+        ratio: at most this many mixed-in pairs per training pair of `spec`, drawn once
+            with `seed` (0: none, though its held-out splits still load); None: all.
+    Raises:
+        ValueError: a negative or non-finite `ratio`, or fractions `tsv_spec` refuses.
+    """
+    if ratio is not None and not (math.isfinite(ratio) and ratio >= 0):
+        raise ValueError(f"`mix_ratio` must be a finite number >= 0, got {ratio}")
+    mix = tsv_spec(tsv, val_fraction, test_fraction, seed)
+    return {**spec, "mix": mix, "mix_ratio": ratio}
 
 
 def corpus_spec(
@@ -121,7 +148,34 @@ def load_corpus(spec: dict) -> dict[str, list[tuple[str, str]]]:
         if not kept[name] and _asks_for(spec, name):
             reason = _empty_reason(spec, name, total, dropped)
             raise ValueError(f"the {name} split is empty: {reason}")
+    if "mix" in spec:
+        kept = _mix_in(kept, load_corpus(spec["mix"]), spec.get("mix_ratio"), spec["mix"]["seed"])
     return kept
+
+
+def _mix_in(splits: dict, mix: dict, ratio: float | None, seed: int) -> dict:
+    """`splits` with `mix`'s training pairs added (at most `ratio` per training pair of
+    `splits`, drawn with `seed`) and its held-out splits as "mix_val" and "mix_test";
+    training pairs whose source (`parallel.source_key`) is in a held-out split of
+    either corpus are left out."""
+    held_out = {
+        parallel.source_key(source)
+        for corpus in (splits, mix)
+        for name in ("val", "test")
+        for source, _ in corpus.get(name, ())
+    }
+
+    def unseen(pairs: list) -> list:
+        return [pair for pair in pairs if parallel.source_key(pair[0]) not in held_out]
+
+    train, mixed = unseen(splits["train"]), unseen(mix["train"])
+    if not train:
+        raise ValueError("no training pair is left once those in a held-out split are removed")
+    if ratio is not None and round(ratio * len(train)) < len(mixed):
+        chosen = random.Random(seed).sample(range(len(mixed)), round(ratio * len(train)))
+        mixed = [mixed[i] for i in sorted(chosen)]
+    held = {f"mix_{name}": mix[name] for name in ("val", "test") if name in mix}
+    return {**splits, "train": train + mixed, **held}
 
 
 def _asks_for(spec: dict, split: str) -> bool:

@@ -102,7 +102,7 @@ def drop_empty_pairs(
     return kept, dropped
 
 
-def _source_key(text: str) -> str:
+def source_key(text: str) -> str:
     """The key that groups near-duplicate sources: "Go." and "go" give the same key."""
     key = normalize_text(text).casefold()
     end = len(key)
@@ -154,7 +154,7 @@ def split_by_source(
     pairs = list(pairs)
     groups: dict[str, list[int]] = {}
     for index, (src, _) in enumerate(pairs):
-        groups.setdefault(_source_key(src), []).append(index)
+        groups.setdefault(source_key(src), []).append(index)
     keys = list(groups)  # First-appearance order, so the shuffle below is reproducible.
     random.Random(seed).shuffle(keys)
     num_val = round(val_fraction * len(keys))

@@ -52,11 +52,13 @@ def evaluate_run(
         engine: "keras", "onnx", "ct2" or "auto" (`inference.engines`).
         data: classification: a labelled file or folder.
         src, ref: translation: line-aligned source and reference files.
-        split: translation: "val" or "test" of the corpus the run was trained on.
+        split: translation: "val" or "test" of the corpus the run was trained on, or
+            "mix_val" or "mix_test" of the corpus mixed into it (`corpora.with_mix`).
         output: translation: write the hypotheses here.
         beam_size, alpha: translation: the search (beam 1 is greedy); alpha "val":
             the exponent of `ALPHAS` that scores best on the run's validation split
-            (`Translator.choose_alpha`), reported with the scores.
+            (`Translator.choose_alpha`; "mix_val" for a "mix_" split), reported with the
+            scores.
         progress: show progress bars.
 
     Raises:
@@ -77,9 +79,9 @@ def evaluate_run(
     if alpha == "val":
         if beam_size < 2:
             raise ValueError("--alpha val needs --beam 2 or more: greedy search has no alpha")
-        choice = translator.choose_alpha(
-            translator.split_pairs("val"), beam_size, progress=progress
-        )
+        # A mixed-in corpus's test split is scored at the alpha its own val split chooses.
+        val = "mix_val" if split and split.startswith("mix_") else "val"
+        choice = translator.choose_alpha(translator.split_pairs(val), beam_size, progress=progress)
         alpha = choice.alpha
     options = dict(beam_size=beam_size, alpha=float(alpha), progress=progress)
     if split:
