@@ -394,8 +394,8 @@ def test_ctrl_c_is_one_line_and_exit_status_130(capsys, monkeypatch, tmp_path, c
         ),
         ("--tsv pairs.tsv --val-fraction 0.5 --test-fraction 0.5", "must be less than 1"),
         ("--mix-ratio 1", "--mix-ratio would be ignored: it sets how much of --mix-tsv"),
-        ("--mix-tsv pairs.tsv --mix-ratio -1", "`--mix-ratio` must be a finite number >= 0"),
-        ("--mix-tsv pairs.tsv --mix-ratio nan", "`--mix-ratio` must be a finite number >= 0"),
+        ("--mix-tsv pairs.tsv --mix-ratio -1", "`--mix-ratio` must be a non-negative number"),
+        ("--mix-tsv pairs.tsv --mix-ratio nan", "`--mix-ratio` must be a non-negative number"),
     ],
 )
 def test_data_flags_the_corpus_would_ignore_or_refuse_are_named_before_a_run_is_written(

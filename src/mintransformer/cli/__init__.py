@@ -19,27 +19,18 @@ from mintransformer.backend.selection import BACKENDS
 from mintransformer.cli.flags import (
     alpha_or_val,
     check_flags,
-    chosen_engine,
     classification_config,
     interrupted_message,
     language_model_config,
     options_written,
+    resolve_engine_flag,
     resuming,
+    training_options,
     translation_config,
 )
 
-
-def training_options(args: argparse.Namespace) -> dict:
-    """The keyword arguments of every trainer's `train`, from the flags."""
-    from mintransformer.backend.distribution import data_parallel_from_flags
-
-    flags = ("distribute", "devices", "coordinator", "num_processes", "process_id")
-    return dict(
-        resume=args.resume,
-        overwrite=args.overwrite,
-        verbose=args.verbose,
-        data_parallel=data_parallel_from_flags(**{flag: getattr(args, flag) for flag in flags}),
-    )
+# The splits `evaluate --split` scores: the run's corpus's, and its --mix-tsv's.
+SPLITS = ("val", "test", "mix_val", "mix_test")
 
 
 def demo_command(args) -> None:
@@ -283,8 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--src", help="source language suffix, e.g. en")
     data.add_argument("--tgt", help="target language suffix, e.g. fr")
     data.add_argument("--tsv", help="SRC<TAB>TGT file (.gz ok), split by source sentence")
-    mix = "a --tsv-like file whose training pairs are added; its held-out pairs: mix_val, mix_test"
-    data.add_argument("--mix-tsv", help=mix)
+    data.add_argument("--mix-tsv", help="a --tsv file whose training pairs are added (mix_*)")
     data.add_argument("--mix-ratio", type=float, help="at most R --mix-tsv pairs a pair (all)")
     data.add_argument("--val-fraction", type=float, default=0.02)
     data.add_argument("--test-fraction", type=float, default=0.02)
@@ -336,9 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--src", type=Path, help="translation: source sentences")
     evaluate.add_argument("--ref", type=Path, help="translation: reference translations")
     evaluate.add_argument(
-        "--split",
-        choices=["val", "test", "mix_val", "mix_test"],
-        help="translation: a split of the run's own corpus (mix_*: of its --mix-tsv)",
+        "--split", choices=SPLITS, help="translation: a split of its corpus (mix_*: --mix-tsv's)"
     )
     evaluate.add_argument("--data", type=Path, help="classification: labelled texts")
     evaluate.add_argument("--output", type=Path, help="write the hypotheses here")
@@ -404,9 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         check_flags(args)
         if getattr(args, "distribute", None):
             request_host_devices(args.devices)
-        if hasattr(args, "engine"):
-            args.engine = chosen_engine(args)
-        if getattr(args, "engine", "keras") == "keras":
+        if resolve_engine_flag(args) == "keras":
             select_backend(args.backend, args.verbose)
         args.run_command(args)
     except USER_ERRORS as err:

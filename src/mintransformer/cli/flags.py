@@ -151,8 +151,8 @@ def translation_config(args):
             data = corpora.with_mix(data, args.mix_tsv, args.mix_ratio, seed=args.seed or 0)
     except ValueError as err:
         raise ValueError(in_flag_terms(str(err), (*used, "mix_ratio"))) from None
-    if args.mix_ratio is not None and not args.mix_tsv:
-        raise ValueError("--mix-ratio would be ignored: it sets how much of --mix-tsv is mixed in")
+    if not args.mix_tsv:
+        refuse_ignored_flags(args, {"mix_ratio"}, "it sets how much of --mix-tsv is mixed in")
     return new_config(args, "translation", data=data, mixed_precision=args.bf16)
 
 
@@ -188,17 +188,33 @@ def interrupted_message(args: argparse.Namespace) -> str:
     return f"interrupted; continue with `{command}`"
 
 
-def chosen_engine(args: argparse.Namespace) -> str:
-    """`--engine`'s engine: "auto" becomes the run's export, else "keras" (always "keras"
+def resolve_engine_flag(args: argparse.Namespace) -> str:
+    """The engine the command runs ("keras" for a command without --engine), with
+    `args.engine`'s "auto" replaced by it: the run's export, else "keras" (always "keras"
     with --backend, which only the Keras engine takes); the choice is printed to stderr
     at --verbose 1 or more where an export was taken or passed over."""
     from mintransformer.inference.engines import AUTO, choose_engine
 
-    if args.engine != AUTO:
+    if getattr(args, "engine", AUTO) != AUTO:
         return args.engine
-    if args.backend:
+    if not hasattr(args, "engine") or args.backend:
+        args.engine = "keras"
         return "keras"
     choice = choose_engine(args.run)
     if choice.reason and args.verbose > 0:
         print(f"engine: {choice.engine} ({choice.reason})", file=sys.stderr)
+    args.engine = choice.engine
     return choice.engine
+
+
+def training_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of every trainer's `train`, from the flags."""
+    from mintransformer.backend.distribution import data_parallel_from_flags
+
+    flags = ("distribute", "devices", "coordinator", "num_processes", "process_id")
+    return dict(
+        resume=args.resume,
+        overwrite=args.overwrite,
+        verbose=args.verbose,
+        data_parallel=data_parallel_from_flags(**{flag: getattr(args, flag) for flag in flags}),
+    )

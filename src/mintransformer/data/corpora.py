@@ -9,10 +9,10 @@ in (`with_mix`); it then also has that corpus's held-out splits, "mix_val" and
 
 from __future__ import annotations
 
-import math
 import random
 from pathlib import Path
 
+from mintransformer.core import checks
 from mintransformer.data import numbers, parallel
 
 
@@ -74,8 +74,8 @@ def with_mix(
     Raises:
         ValueError: a negative or non-finite `ratio`, or fractions `tsv_spec` refuses.
     """
-    if ratio is not None and not (math.isfinite(ratio) and ratio >= 0):
-        raise ValueError(f"`mix_ratio` must be a finite number >= 0, got {ratio}")
+    if ratio is not None:
+        ratio = checks.non_negative_number(ratio, "mix_ratio")
     mix = tsv_spec(tsv, val_fraction, test_fraction, seed)
     return {**spec, "mix": mix, "mix_ratio": ratio}
 
