@@ -1,11 +1,11 @@
-"""The loss's arg-max and the cache write kernels against NumPy (dropout and LayerNorm:
-tests/layers)."""
+"""The loss's arg-max, the cache write and the dense rows kernels against NumPy (dropout,
+LayerNorm and fused attention: tests/layers)."""
 
 import keras
 import numpy as np
 import pytest
 
-from mintransformer.backend.kernels import argmax_last_axis, write_position
+from mintransformer.backend.kernels import argmax_last_axis, dense_rows, write_position
 
 pytestmark = pytest.mark.core
 
@@ -42,3 +42,25 @@ def test_write_position_sets_one_position_of_an_axis_as_numpy_does(axis):
             axis=axis,
         )
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(found), expected)
+
+
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_dense_rows_is_the_dense_layer_in_float64_numpy(activation):
+    rng = np.random.default_rng(2)
+    layer = keras.layers.Dense(6, activation=activation, bias_initializer="random_normal")
+    layer.build((None, 5))
+    rows = rng.normal(size=(4, 5)).astype("float32")
+    kernel, bias = (np.asarray(keras.ops.convert_to_numpy(w), "float64") for w in layer.weights)
+    expected = rows.astype("float64") @ kernel + bias
+    if activation == "relu":
+        expected = np.maximum(expected, 0.0)
+    found = keras.ops.convert_to_numpy(dense_rows(layer, keras.ops.convert_to_tensor(rows)))
+    np.testing.assert_allclose(found, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_dense_rows_calls_what_is_not_a_dense_layer():
+    rows = keras.ops.convert_to_tensor(np.arange(6, dtype="float32").reshape(2, 3))
+    found = dense_rows(lambda x: x * 2.0 + 1.0, rows)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(found), np.arange(6).reshape(2, 3) * 2 + 1
+    )

@@ -35,7 +35,9 @@ def test_attention_matches_float64_reference(shape, seed, masked):
     mask = rng.random((batch, 1, q_len, k_len)) > 0.3 if masked else None
     out, weights = scaled_dot_product_attention(q, k, v, mask)
     ref_out, ref_weights = reference.attention(q, k, v, mask)
-    assert relative_error(to_numpy(out), ref_out) <= 1e-5
+    # The output is a convex combination of value rows, which can cancel to near 0:
+    # its float32 error is bounded relative to the values, not to itself.
+    assert np.max(np.abs(to_numpy(out) - ref_out)) <= 1e-5 * np.max(np.abs(v))
     assert relative_error(to_numpy(weights), ref_weights) <= 1e-5
 
 
@@ -262,7 +264,7 @@ def test_float_mask_is_rejected():
 
 
 def test_fused_attention_equals_the_written_out_attention(rng):
-    from mintransformer.layers.attention import fused_attention
+    from mintransformer.backend.kernels import fused_attention
 
     query = rng.normal(size=(2, 3, 5, 8)).astype("float32")
     key = rng.normal(size=(2, 3, 7, 8)).astype("float32")

@@ -62,7 +62,8 @@ def compile_eager_step(fn: Callable, variables: Sequence) -> Callable:
     (`compile_inference`). On PyTorch, where they run in Python, `fn` is traced with
     `torch.jit.trace` on its first call with each signature (the shapes and dtypes of
     its tensor arguments, the values of the others); later calls run that graph,
-    without Python. The graph holds the variables' tensors (detached, not copied), and
+    without Python, in `torch.inference_mode` (its outputs are inference tensors).
+    The graph holds the variables' tensors (detached, not copied), and
     assignments update those in place, so it sees weights loaded or trained after it
     was traced. `torch.jit.trace` is deprecated in favour of `torch.compile`, which
     here compiled for many seconds per shape and ran no faster (docs/speed.md); a
@@ -104,13 +105,15 @@ class _TracedPerShape:
             (tuple(leaf.shape), leaf.dtype) if isinstance(leaf, torch.Tensor) else leaf
             for leaf in leaves
         )
-        with torch.no_grad():
-            if key not in self.graphs:
-                with self.lock:
-                    if key not in self.graphs:
-                        self.graphs[key] = self._trace(structure, leaves)
-            graph, output_structure = self.graphs[key]
-            tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        if key not in self.graphs:
+            with self.lock, torch.no_grad():
+                if key not in self.graphs:
+                    self.graphs[key] = self._trace(structure, leaves)
+        graph, output_structure = self.graphs[key]
+        tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        # Inference mode skips the autograd and version-counter bookkeeping that no_grad
+        # still does around every op: a one-token step is hundreds of small ops.
+        with torch.inference_mode():
             outputs = graph(*tensors)
         return _pack(output_structure, iter(outputs))
 

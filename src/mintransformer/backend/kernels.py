@@ -6,16 +6,82 @@ backend needs nothing special.
 
 from __future__ import annotations
 
+import math
+
 import keras
 
 
 def prefers_fused_attention() -> bool:
-    """Whether `keras.ops.dot_product_attention` beats attention written out in ops.
+    """Whether `fused_attention` beats attention written out in ops.
 
     PyTorch has a fused CPU kernel (scaled_dot_product_attention) that is much faster;
     TensorFlow and JAX have none, and were as fast or slower with it (docs/speed.md).
     """
     return keras.backend.backend() == "torch"
+
+
+def fused_attention(query, key, value, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) V from the backend's fused kernel, without the weights.
+
+    Args:
+        query: `(batch, heads, query_length, depth)`.
+        key: `(batch, heads, key_length, depth)`.
+        value: `(batch, heads, key_length, value_depth)`.
+        mask: optional bool, broadcastable to `(batch, heads, query_length, key_length)`,
+            True = may attend. A query row with no key left gives zeros.
+
+    Returns:
+        `(batch, heads, query_length, value_depth)`.
+
+    On PyTorch, `scaled_dot_product_attention` itself, which takes this layout and a
+    bool mask: `keras.ops.dot_product_attention` takes `(batch, length, heads, depth)`
+    and turns the mask into a float bias, eight more kernels a call, which a one-token
+    decoding step runs four per layer.
+    """
+    ops = keras.ops
+    query, key, value = (ops.convert_to_tensor(x) for x in (query, key, value))
+    mask = None if mask is None else ops.convert_to_tensor(mask, "bool")
+    scale = 1.0 / math.sqrt(query.shape[-1])
+    if keras.backend.backend() == "torch":
+        import torch
+
+        output = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, scale=scale
+        )
+    else:
+
+        def swap(x):
+            return ops.swapaxes(x, 1, 2)
+
+        output = swap(
+            ops.dot_product_attention(swap(query), swap(key), swap(value), mask=mask, scale=scale)
+        )
+    if mask is None:
+        return output
+    return ops.where(ops.any(mask, axis=-1, keepdims=True), output, ops.cast(0, output.dtype))
+
+
+def dense_rows(layer, rows):
+    """`layer(rows)` for 2-D `rows` `(n, features)`: on PyTorch, for a built plain
+    `keras.layers.Dense` (no activation, LoRA or quantization), one `addmm`, the product
+    and the bias in one kernel where Keras' `Dense` runs two; anything else is called.
+    """
+    if (
+        keras.backend.backend() != "torch"
+        or type(layer) is not keras.layers.Dense
+        or not layer.built
+        or layer.bias is None
+        or layer.activation is not keras.activations.linear
+        or layer.lora_enabled
+        or layer.quantization_mode is not None
+    ):
+        return layer(rows)
+    import torch
+
+    ops = keras.ops
+    rows = ops.convert_to_tensor(rows)
+    kernel, bias = (ops.cast(weight, rows.dtype) for weight in (layer.kernel, layer.bias))
+    return torch.addmm(bias, rows, kernel)
 
 
 def argmax_last_axis(x):

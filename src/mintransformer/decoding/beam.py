@@ -385,6 +385,8 @@ def _beam_decode_one(steps, index, tokens, state, live_scores, live, finished_st
     """One position of the beam loop (`_beam_first`): the new loop variables."""
     from keras import ops
 
+    from mintransformer.backend import kernels
+
     batch, k, width = ops.shape(live)
     finished, finished_scores, finished_lengths = finished_state
     log_probs, state = steps.step_tensors(tokens, index, state)
@@ -419,7 +421,7 @@ def _beam_decode_one(steps, index, tokens, state, live_scores, live, finished_st
     live_scores = ops.where(filled, _pick(to_live, top_totals), float("-inf"))
     parents = _pick(to_live, beams)
     tokens = ops.where(filled, _pick(to_live, next_tokens), end_id)
-    live = ops.slice_update(_gather_beams(live, parents), (0, 0, index), tokens[:, :, None])
+    live = kernels.write_position(_gather_beams(live, parents), tokens[:, :, None], index, axis=2)
     row_offsets = ops.arange(batch, dtype="int32")[:, None] * k
     state = steps.reorder_tensors(state, ops.reshape(parents + row_offsets, (-1,)))
     finished_state = (finished, finished_scores, finished_lengths)

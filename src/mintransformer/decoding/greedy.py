@@ -310,10 +310,12 @@ def _decode_one(steps, index, tokens, state, outputs, done, lengths, end_id):
     """One position of the greedy loop: every row's next token (</s> once done)."""
     from keras import ops
 
+    from mintransformer.backend import kernels
+
     log_probs, state = steps.step_tensors(tokens, index, state)
     log_probs = rules.allowed_tensors(log_probs, index, end_id)
     tokens = ops.where(done, end_id, ops.cast(ops.argmax(log_probs, axis=-1), "int32"))
-    outputs = ops.slice_update(outputs, (0, index), tokens[:, None])
+    outputs = kernels.write_position(outputs, tokens[:, None], index, axis=1)
     done = ops.logical_or(done, tokens == end_id)
     lengths = lengths + ops.cast(ops.logical_not(done), "int32")
     return index + 1, tokens, state, outputs, done, lengths

@@ -31,6 +31,6 @@ def allowed_tensors(log_probs, index, end_id: int):
     """`allowed` in `keras.ops`, for the compiled loops (`index` a scalar tensor)."""
     from keras import ops
 
-    vocab = ops.shape(log_probs)[-1]
-    banned = ops.logical_and(index == 0, ops.arange(vocab, dtype="int32") == end_id)
-    return ops.where(banned[None, :], ops.cast(float("-inf"), log_probs.dtype), log_probs)
+    is_end = np.arange(log_probs.shape[-1])[None, :] == end_id  # a constant of the graph
+    banned = ops.logical_and(index == 0, is_end)
+    return ops.where(banned, ops.cast(float("-inf"), log_probs.dtype), log_probs)

@@ -14,7 +14,7 @@ import math
 import keras
 from keras import ops
 
-from mintransformer.backend.kernels import prefers_fused_attention
+from mintransformer.backend.kernels import fused_attention, prefers_fused_attention
 from mintransformer.core import checks
 from mintransformer.layers.arguments import config_with
 from mintransformer.layers.dropout import Dropout
@@ -147,25 +147,6 @@ def attend(query, key, value, mask=None, dropout_mask=None):
         return output, gradient
 
     return attended(*(ops.convert_to_tensor(x) for x in (query, key, value)), *extras)
-
-
-def fused_attention(query, key, value, mask=None):
-    """`scaled_dot_product_attention`'s output from the backend's fused kernel (no weights).
-
-    Args and output as `scaled_dot_product_attention`, with rank-4 inputs
-    `(batch, heads, length, depth)`; rows whose keys are all masked give zeros.
-    """
-
-    def swap(x):  # keras' kernel takes (batch, length, heads, depth)
-        return ops.swapaxes(x, 1, 2)
-
-    scale = 1.0 / math.sqrt(query.shape[-1])
-    output = swap(
-        ops.dot_product_attention(swap(query), swap(key), swap(value), mask=mask, scale=scale)
-    )
-    if mask is None:
-        return output
-    return ops.where(ops.any(mask, axis=-1, keepdims=True), output, ops.zeros_like(output))
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")

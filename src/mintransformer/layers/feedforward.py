@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from mintransformer.backend.kernels import dense_rows
 from mintransformer.core import checks
 from mintransformer.layers.arguments import config_with
 from mintransformer.layers.per_position import per_position
@@ -60,7 +61,8 @@ class FeedForward(keras.layers.Layer):
 
     def rows(self, rows):
         """The network on `(rows, d_model)` -> `(rows, d_model)`."""
-        return self.outer(ACTIVATIONS[self.activation](self.inner(rows)))
+        hidden = ACTIVATIONS[self.activation](dense_rows(self.inner, rows))
+        return dense_rows(self.outer, hidden)
 
     def get_config(self):
         return config_with(super().get_config(), self, self.ARGUMENTS)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from keras import ops
 
+from mintransformer.backend.kernels import dense_rows
+
 
 def per_position(layer, x):
     """`layer(x)` for `x` `(batch, length, features)`, computed on `(batch * length, features)`.
@@ -15,5 +17,5 @@ def per_position(layer, x):
     Returns:
         `(batch, length, out_features)`.
     """
-    rows = layer(ops.reshape(x, (-1, x.shape[-1])))
+    rows = dense_rows(layer, ops.reshape(x, (-1, x.shape[-1])))
     return ops.reshape(rows, (ops.shape(x)[0], ops.shape(x)[1], rows.shape[-1]))

@@ -57,7 +57,11 @@ class _AddedPositions(keras.layers.Layer):
         checks.rank(inputs, 3, "inputs", "(batch, length, d_model)")
         _check_length(inputs, start_index, self.max_length, self.name)
         length = ops.shape(inputs)[1]
-        positions = ops.slice(self.table(), (start_index, 0), (length, self.d_model))
+        if isinstance(start_index, int):
+            positions = ops.slice(self.table(), (start_index, 0), (length, self.d_model))
+        else:  # a tensor (decoding): one gather, where a slice at a tensor start is several ops
+            rows = start_index + ops.arange(length, dtype="int32")
+            positions = ops.take(self.table(), rows, axis=0)
         return inputs + ops.cast(positions, inputs.dtype)[None]
 
     def get_config(self):

@@ -10,6 +10,7 @@ when `pad_id` is None).
 from __future__ import annotations
 
 import keras
+import numpy as np
 from keras import ops
 
 from mintransformer.core import checks
@@ -215,7 +216,7 @@ class Transformer(keras.Model):
         pad_id = self.config["pad_id"]
         if pad_id is None:
             return log_probs
-        is_pad = ops.arange(ops.shape(log_probs)[-1]) == pad_id
+        is_pad = np.arange(log_probs.shape[-1]) == pad_id  # a constant of the graph
         return ops.where(is_pad, float("-inf"), log_probs)
 
     def hidden_states(
