@@ -152,6 +152,35 @@ def test_the_ct2_engine_searches_as_ours(ct2_run):
 
 
 @pytest.mark.parametrize("ct2_run", EMBEDDINGS[:1], indirect=True)
+def test_a_hypothesis_as_long_as_the_model_is_scored_and_ranked(ct2_run):
+    """`score_batch` cannot score a hypothesis that fills every target position (it adds
+    `</s>` one position past the model's): its total is CTranslate2's own, which is the
+    model's, up to the pad's share, as our Keras step scores it token by token."""
+    from mintransformer.data.lengths import pad_batch
+
+    ours = Translator.from_run(ct2_run)
+    theirs = Translator.from_run(ct2_run, engine="ct2")
+    positions = theirs.steps.source_positions
+    batch = pad_batch(ours.encode_sources(SENTENCES[:2]), pad_id=ours.tokenizer.pad_id)
+    # The pad as the end: never emitted, so every hypothesis runs to the last position.
+    options = dict(start_id=ours.tokenizer.start_id, end_id=ours.tokenizer.pad_id)
+    ranked = theirs.steps.search(
+        batch, beam_size=2, alpha=0.0, n_best=2, max_length=positions, **options
+    )
+    for source, row in zip(batch, ranked, strict=True):
+        assert [s for _, s in row] == sorted((s for _, s in row), reverse=True)
+        for tokens, total in row:
+            assert len(tokens) == positions
+            state = ours.steps.start(source[None])
+            expected, previous = 0.0, ours.tokenizer.start_id
+            for index, token in enumerate(tokens):
+                log_probs, state = ours.steps.step(np.array([previous]), index, state)
+                expected, previous = expected + float(log_probs[0, token]), token
+            assert expected <= total + 1e-3
+            assert total == pytest.approx(expected, abs=0.02 * positions)
+
+
+@pytest.mark.parametrize("ct2_run", EMBEDDINGS[:1], indirect=True)
 def test_translate_and_evaluate_engine_ct2_print_what_keras_prints(ct2_run, tmp_path, capsys):
     search = ("--beam", "3", "--alpha", "0")
     keras = ("translate", "--run", str(ct2_run), "--engine", "keras", *search)

@@ -17,6 +17,7 @@ ours are. Nothing here imports Keras.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +104,7 @@ class Ct2Search:
         translator: a `ctranslate2.Translator`.
         source_tokens, target_tokens: the vocabularies, in our ids' order.
         max_length: most target tokens per sentence, `</s>` included.
-        source_positions: the model's source positions.
+        source_positions: the model's source positions (its target positions too).
         pad_id: the token never emitted, as in our searches.
     """
 
@@ -157,11 +158,12 @@ class Ct2Search:
             min_decoding_length=1,  # no </s> first, as `decoding.rules`
             end_token=self.target_tokens[end_id],
             suppress_sequences=[[self.target_tokens[self.pad_id]]],
+            return_scores=not greedy,
         )
         found = [[[self.target_ids[t] for t in tokens] for tokens in r.hypotheses] for r in results]
         if greedy:
             return [[(hypotheses[0], None)] for hypotheses in found]
-        totals = self._totals(rows, found, max_length)
+        totals = self._totals(rows, found, max_length, [r.scores for r in results])
         ranked = []
         for hypotheses, row_totals in zip(found, totals, strict=True):
             scored = []
@@ -174,17 +176,37 @@ class Ct2Search:
         return ranked
 
     def _totals(
-        self, rows: list[list[str]], found: list[list[list[int]]], max_length: int
+        self,
+        rows: list[list[str]],
+        found: list[list[list[int]]],
+        max_length: int,
+        search_totals: list[list[float]],
     ) -> list[list[float]]:
         """The total log-probability of each hypothesis of each row, `</s>` included where
-        it ended, by the model's own next-token distributions."""
-        sources = [row for row, hypotheses in zip(rows, found, strict=True) for _ in hypotheses]
-        targets = [[self.target_tokens[i] for i in ids] for hyps in found for ids in hyps]
-        scored = iter(self.translator.score_batch(sources, targets))
+        it ended, by the model's own next-token distributions.
+
+        `score_batch` scores a hypothesis and then `</s>`, one decoder position more than
+        the hypothesis has tokens; one as long as the model's positions leaves none for
+        it, so it keeps `search_totals`, CTranslate2's own total from its search (the pad
+        banned before the softmax, so a little higher than ours).
+        """
+        scorable = [
+            [len(ids) < self.source_positions for ids in hypotheses] for hypotheses in found
+        ]
+        sources, targets = [], []
+        for row, hypotheses, fits_row in zip(rows, found, scorable, strict=True):
+            for ids, fits in zip(hypotheses, fits_row, strict=True):
+                if fits:
+                    sources.append(row)
+                    targets.append([self.target_tokens[i] for i in ids])
+        scored = iter(self.translator.score_batch(sources, targets) if sources else [])
         totals = []
-        for hypotheses in found:
+        for hypotheses, fits_row, searched in zip(found, scorable, search_totals, strict=True):
             row_totals = []
-            for ids in hypotheses:
+            for ids, fits, search_total in zip(hypotheses, fits_row, searched, strict=True):
+                if not fits:
+                    row_totals.append(float(search_total))
+                    continue
                 log_probs = next(scored).log_probs  # each token's, then </s>'s
                 ended = len(ids) < max_length
                 row_totals.append(float(np.sum(log_probs[: len(ids) + ended], dtype="float64")))
@@ -196,6 +218,10 @@ def translation_engine(path: str | Path, max_output_length: int | None = None):
     """`(Ct2Search, tokenizer, config)` of a run's CTranslate2 folder (`path`: the folder,
     or a run directory holding it); `max_output_length` defaults to the model's target
     positions."""
+    # CTranslate2 runs its products on Intel MKL on Intel CPUs (not on AMD), read once at
+    # import: on a 2-core Xeon its own kernels (oneDNN) decoded 3.6-8x faster (docs/speed.md).
+    # CT2_USE_MKL=1 in the environment keeps MKL.
+    os.environ.setdefault("CT2_USE_MKL", "0")
     try:
         import ctranslate2
     except ModuleNotFoundError as err:
