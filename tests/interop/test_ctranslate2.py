@@ -84,6 +84,47 @@ def test_end_to_end_benchmark_runs_ctranslate2_beside_keras(trained_run, tmp_pat
         assert tokens[0] == pytest.approx(tokens[1])
 
 
+def test_engine_profile_takes_each_engines_search_and_step_apart(trained_run, tmp_path):
+    import json
+    import shutil
+
+    from benchmarks import engine_profile
+
+    run = shutil.copytree(trained_run, tmp_path / "run")
+    assert main(["export", "--run", str(run)]) == 0
+    assert main(["export", "--format", "ct2", "--run", str(run)]) == 0
+    (tmp_path / "src.txt").write_text("\n".join(SENTENCES) + "\n")
+    report_path = tmp_path / "report.json"
+    engine_profile.main(
+        [
+            *("--run", str(run), "--src", str(tmp_path / "src.txt"), "--json", str(report_path)),
+            *("--sentences", "4", "--sentences-alone", "2", "--repeats", "1", "--calls", "2"),
+        ]
+    )
+    report = json.loads(report_path.read_text())
+    searches = report["searches"]
+    assert [(r["setting"], r["engine"]) for r in searches] == [
+        (setting, engine)
+        for setting in engine_profile.SETTINGS
+        for engine in engine_profile.ENGINES
+    ]
+    for setting, (_, batch_size) in engine_profile.SETTINGS.items():
+        rows = [r for r in searches if r["setting"] == setting]
+        sentences = 2 if batch_size == 1 else 4
+        for r in rows:
+            assert r["positions"] >= -(-sentences // batch_size)  # a position a batch at least
+            assert r["sentences_per_s"] == pytest.approx(sentences / r["seconds"])
+            assert r["ms_per_position"] == pytest.approx(1e3 * r["seconds"] / r["positions"])
+        if setting.endswith("greedy"):  # the same greedy tokens, so the same positions
+            assert len({r["positions"] for r in rows}) == 1
+    for part in report["keras_parts"]:
+        assert 0 < part["floor_ms"] < part["step_32_ms"] and part["head_ms"] > 0
+    for split in report["onnx_split"]:
+        assert 0 < split["encoder_s"] + split["step_s"] <= split["total_s"]
+    for by_type in report["onnx_operators_us_per_step"].values():
+        assert "MatMul" in by_type or "Gemm" in by_type or "FusedMatMul" in by_type
+
+
 # Every embedding layout a run can have; pre-LN runs share one vocabulary (Pegasus).
 EMBEDDINGS = [
     pytest.param(
