@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
     for rows, by_type in operators.items():
-        print(f"\nonnxruntime step graph at {rows} rows, 128 slots, us per step by op type:")
+        print(f"\nonnxruntime step graph at {rows} rows, 24 positions, us per step by op type:")
         print(", ".join(f"{op} {us}" for op, us in list(by_type.items())[:12]))
     report = dict(
         benchmark="engine_profile",

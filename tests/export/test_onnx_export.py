@@ -193,6 +193,23 @@ def test_key_value_cache_writes_slots_in_place_and_reorders_rows():
     np.testing.assert_array_equal(reordered.arrays[1][:, 0], cache.arrays[1][:, 1])
     reordered.write(np.zeros((2, 2, 3, 3, 4), "float32"), 3)
     assert cache.arrays[0][:, :, :, 3].any()  # the parent cache is untouched
+    with pytest.raises(IndexError, match="past the cache's 5 slots"):
+        cache.write(new, 5)
+
+
+def test_key_value_cache_grows_with_the_output_and_keeps_what_it_held():
+    growth = KeyValueCache.GROWTH
+    cache = KeyValueCache.zeros(layers=1, heads=2, depth=3, rows=2, max_length=2 * growth + 5)
+    assert cache.slots == growth
+    written = {}
+    rng = np.random.default_rng(0)
+    for index in range(2 * growth + 5):
+        written[index] = rng.normal(size=(1, 2, 2, 2, 3)).astype("float32")
+        cache.write(written[index], index)
+        assert cache.slots >= index + 1
+    assert cache.slots == 2 * growth + 5  # grown by `GROWTH`, then to the limit
+    for index, values in written.items():
+        np.testing.assert_array_equal(cache.arrays[0][:, :, :, index], values[0])
 
 
 def test_exported_classifier_probabilities_match_keras(classification_run):

@@ -65,37 +65,63 @@ def inference_session(path: str | Path):
 class KeyValueCache:
     """The self-attention cache of an exported step graph, kept in NumPy between steps.
 
-    One float32 array `(2, n, heads, max_length, depth)` per layer, fed to the graph as
+    One float32 array `(2, n, heads, slots, depth)` per layer, fed to the graph as
     `cache_1 ... cache_L`. The graph returns only the keys and values of the position
     it decoded; `write` stores them in place, so a step copies no cache.
 
+    The slots grow with the output, `GROWTH` at a time up to `max_length`, rather than
+    starting at `max_length`: the graph masks the slots from `index` on, but still
+    splits, concatenates and attends over every slot it is given, and a beam search
+    copies them all on each reorder (docs/speed.md, "Where the time goes, against
+    CTranslate2").
+
     Args:
         arrays: the per-layer arrays (`zeros` makes an empty cache).
+        max_length: the most slots the cache may grow to.
     """
 
-    def __init__(self, arrays: list[np.ndarray]):
+    GROWTH = 16
+
+    def __init__(self, arrays: list[np.ndarray], max_length: int):
         self.arrays = arrays
+        self.max_length = max_length
 
     @classmethod
     def zeros(cls, layers: int, heads: int, depth: int, rows: int, max_length: int):
-        """An empty cache of `rows` hypotheses and `max_length` slots, in the layout
+        """An empty cache of `rows` hypotheses and up to `max_length` slots, in the layout
         (layers, heads, depth) of the export's manifest."""
-        shape = (2, rows, heads, max_length, depth)
-        return cls([np.zeros(shape, "float32") for _ in range(layers)])
+        shape = (2, rows, heads, min(cls.GROWTH, max_length), depth)
+        return cls([np.zeros(shape, "float32") for _ in range(layers)], max_length)
+
+    @property
+    def slots(self) -> int:
+        """The slots the arrays hold now."""
+        return self.arrays[0].shape[3]
 
     def feeds(self) -> dict[str, np.ndarray]:
         """The graph inputs `cache_1 ... cache_L`."""
         return {f"cache_{i}": array for i, array in enumerate(self.arrays, start=1)}
 
     def write(self, new_key_values: np.ndarray, index: int) -> KeyValueCache:
-        """Stores `(layers, 2, n, heads, depth)` in slot `index`; returns this cache."""
+        """Stores `(layers, 2, n, heads, depth)` in slot `index`, first growing the arrays
+        if they end before it; returns this cache."""
+        if index >= self.max_length:
+            raise IndexError(f"slot {index} is past the cache's {self.max_length} slots")
+        if index >= self.slots:
+            slots = min(self.max_length, max(index + 1, self.slots + self.GROWTH))
+            grown = []
+            for array in self.arrays:
+                larger = np.zeros(array.shape[:3] + (slots,) + array.shape[4:], "float32")
+                larger[:, :, :, : self.slots] = array
+                grown.append(larger)
+            self.arrays = grown
         for array, layer_values in zip(self.arrays, new_key_values, strict=True):
             array[:, :, :, index] = layer_values
         return self
 
     def reorder(self, indices: np.ndarray) -> KeyValueCache:
         """A new cache of the rows `indices` (beam search's parents)."""
-        return KeyValueCache([array[:, indices] for array in self.arrays])
+        return KeyValueCache([array[:, indices] for array in self.arrays], self.max_length)
 
 
 class OnnxSteps:
