@@ -249,10 +249,17 @@ class Translator:
     def warm_up(self, source_ids, beam_size: int = 1, shrink_to: Sequence[int] = ()) -> None:
         """Compiles what `translate_ids` runs for batches shaped like `source_ids`
         (greedy: `greedy.warm_greedy`, with the shapes `shrink_to` leads to; beam search:
-        `beam.warm_beam`)."""
-        if hasattr(self.steps, "search"):
-            return  # nothing compiled per shape
+        `beam.warm_beam`); an engine with its own search (CTranslate2) decodes two positions."""
         options = self._search_options()
+        if hasattr(self.steps, "search"):
+            # Nothing compiles per shape, but CTranslate2 sets itself up on its first search
+            # of a real token (about 30 ms, 5x a short request): two positions of one pay it.
+            word = self.encode_sources(["a"]) * len(source_ids)
+            ids = pad_batch(word, pad_id=self.tokenizer.pad_id)
+            self.steps.search(
+                ids, beam_size=beam_size, alpha=0.6, n_best=1, **options | {"max_length": 2}
+            )
+            return
         if beam_size == 1:
             warm_greedy(self.steps, source_ids, shrink_to=shrink_to, **options)
         elif getattr(self.steps, "compiled_loops", False):
