@@ -206,7 +206,8 @@ def test_a_decode_longer_than_the_first_cache_grows_it_and_gives_the_same_tokens
 @pytest.mark.core
 @pytest.mark.parametrize(
     "first_cache_length, max_length, cache",
-    [(FIRST, FIRST, FIRST), (5, CACHE, CACHE)],  # sources: 9 wide, so 5 starts on CACHE
+    # sources: 9 wide, so a first cache of 4 (doubled: 8) starts on CACHE
+    [(FIRST, FIRST, FIRST), (4, CACHE, CACHE)],
     ids=["decode_within_the_first_cache", "source_wider_than_the_first_cache"],
 )
 def test_a_decode_on_one_cache_length_never_grows_it(

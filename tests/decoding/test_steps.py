@@ -49,6 +49,27 @@ def test_a_first_cache_without_slots_is_refused(model_and_sources):
         CachedSteps(model, 8, first_cache_length=0)
 
 
+@pytest.mark.parametrize(
+    "first, cache, source_width, max_length, lengths",
+    [
+        (32, 128, 5, 128, [32, 64, 128]),  # doubled up to the whole cache
+        (32, 128, 5, 20, [32]),  # a search that cannot outgrow the first
+        (32, 128, 5, 33, [32, 64]),
+        (32, 128, 40, 128, [64, 128]),  # a source wider than 32 starts past it
+        (32, 128, 70, 128, [128]),
+        (32, 100, 5, 100, [32, 64, 100]),  # the last is the whole cache
+        (200, 128, 5, 128, [128]),  # a first cache longer than the whole one
+    ],
+)
+def test_cache_lengths_double_from_the_first_and_skip_what_the_source_outgrows(
+    model_and_sources, first, cache, source_width, max_length, lengths
+):
+    model, _ = model_and_sources
+    steps = CachedSteps(model, min(cache, model.decoder.max_length), first_cache_length=first)
+    steps.max_length = cache  # the rule alone, for caches longer than this small model's
+    assert steps.cache_lengths(source_width, max_length) == lengths
+
+
 @pytest.mark.core
 def test_cached_language_model_steps_match_the_full_model():
     """Logits agree position by position, also after rows are reordered (as beams are)."""
