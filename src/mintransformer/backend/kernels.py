@@ -34,9 +34,9 @@ def fused_attention(query, key, value, mask=None):
         `(batch, heads, query_length, value_depth)`.
 
     On PyTorch, `scaled_dot_product_attention` itself, which takes this layout and a
-    bool mask: `keras.ops.dot_product_attention` takes `(batch, length, heads, depth)`
-    and turns the mask into a float bias, eight more kernels a call, which a one-token
-    decoding step runs four per layer.
+    bool mask: `keras.ops.dot_product_attention` takes `(batch, length, heads, depth)`,
+    makes its inputs contiguous and turns the mask into a float bias, a dozen more kernels
+    a call, which a one-token decoding step runs twice per decoder layer.
     """
     ops = keras.ops
     query, key, value = (ops.convert_to_tensor(x) for x in (query, key, value))
