@@ -11,8 +11,10 @@ requests, spread over `--clients` concurrent clients (each sends its next reques
 last is answered; a few lines of asyncio HTTP, `post_json`). Reported per run:
 sentences/s and the p50/p95/p99 latency of a request, its ratio to the ceiling, offline
 `Translator.translate(batch_size=32)` of the same sentences on the same engine in this
-process, measured in pairs with the server's passes, and how many answers differ from
-that offline translation. Each figure is the median of `--repeats` passes. Then the
+process, measured in pairs with the server's passes, how many answers differ from
+that offline translation, and the clients' share of the machine's cores while they load
+it (this process's CPU time over the cores' time; the server runs in another process).
+Each figure is the median of `--repeats` passes. Then the
 `--short` sentences with the fewest words are each sent alone, for the latency of one
 short sentence on a warm server; each request alternates with the same sentence decoded
 in this process without HTTP, which says how much of that latency serving adds. The
@@ -177,8 +179,17 @@ def load_row(url: str, offline: Offline, clients: int, repeats: int) -> tuple[di
     passes, latencies = [], []
     for _ in range(repeats):
         ceiling = offline.rate()
+        cpu_before = time.process_time()
         seconds, pass_latencies, answers = asyncio.run(load(url, offline.texts, clients))
-        passes.append({"sentences_per_s": len(offline.texts) / seconds, "offline": ceiling})
+        # This process runs the clients (the server is another): their share of the cores.
+        clients_cpu = (time.process_time() - cpu_before) / (seconds * (os.cpu_count() or 1))
+        passes.append(
+            {
+                "sentences_per_s": len(offline.texts) / seconds,
+                "offline": ceiling,
+                "clients_cpu_share": clients_cpu,
+            }
+        )
         latencies += pass_latencies
     p50, p95, p99 = np.percentile(np.array(latencies) * 1000, [50, 95, 99])
     row = {
@@ -191,7 +202,8 @@ def load_row(url: str, offline: Offline, clients: int, repeats: int) -> tuple[di
         "of_offline": round(
             float(np.median([p["sentences_per_s"] / p["offline"] for p in passes])), 3
         ),
-        "passes": [{name: round(value, 1) for name, value in p.items()} for p in passes],
+        "clients_cpu_share": round(float(np.median([p["clients_cpu_share"] for p in passes])), 3),
+        "passes": [{name: round(value, 3) for name, value in p.items()} for p in passes],
     }
     return row, answers
 

@@ -365,6 +365,7 @@ def test_serving_benchmark_reports_each_server_setting_against_offline_and_the_c
         ratios = [p["sentences_per_s"] / p["offline"] for p in passes]
         assert row["of_offline"] == pytest.approx(np.median(ratios), abs=0.01)
         assert row["differ_from_offline"] == 0  # a small fp32 model: the same answers
+        assert 0 < row["clients_cpu_share"] <= 1.05  # CPU time within the cores' time
     assert report["cli_per_sentence"]["sentences"] == 1
     assert report["cli_per_sentence"]["sentences_per_s"] > 0
     firsts = report["first_requests"]
