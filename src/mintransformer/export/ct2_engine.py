@@ -190,21 +190,18 @@ class Ct2Search:
         it, so it keeps `search_totals`, CTranslate2's own total from its search (the pad
         banned before the softmax, so a little higher than ours).
         """
-        scorable = [
-            [len(ids) < self.source_positions for ids in hypotheses] for hypotheses in found
-        ]
         sources, targets = [], []
-        for row, hypotheses, fits_row in zip(rows, found, scorable, strict=True):
-            for ids, fits in zip(hypotheses, fits_row, strict=True):
-                if fits:
+        for row, hypotheses in zip(rows, found, strict=True):
+            for ids in hypotheses:
+                if len(ids) < self.source_positions:
                     sources.append(row)
                     targets.append([self.target_tokens[i] for i in ids])
         scored = iter(self.translator.score_batch(sources, targets) if sources else [])
         totals = []
-        for hypotheses, fits_row, searched in zip(found, scorable, search_totals, strict=True):
+        for hypotheses, searched in zip(found, search_totals, strict=True):
             row_totals = []
-            for ids, fits, search_total in zip(hypotheses, fits_row, searched, strict=True):
-                if not fits:
+            for ids, search_total in zip(hypotheses, searched, strict=True):
+                if len(ids) >= self.source_positions:
                     row_totals.append(float(search_total))
                     continue
                 log_probs = next(scored).log_probs  # each token's, then </s>'s

@@ -249,13 +249,14 @@ class Translator:
     def warm_up(self, source_ids, beam_size: int = 1, shrink_to: Sequence[int] = ()) -> None:
         """Compiles what `translate_ids` runs for batches shaped like `source_ids`
         (greedy: `greedy.warm_greedy`, with the shapes `shrink_to` leads to; beam search:
-        `beam.warm_beam`); an engine with its own search (CTranslate2) decodes two positions."""
+        `beam.warm_beam`); an engine with its own search (CTranslate2) decodes two positions
+        of a one-word source."""
         options = self._search_options()
         if hasattr(self.steps, "search"):
             # Nothing compiles per shape, but CTranslate2 sets itself up on its first search
-            # of a real token (about 30 ms, 5x a short request): two positions of one pay it.
-            word = self.encode_sources(["a"]) * len(source_ids)
-            ids = pad_batch(word, pad_id=self.tokenizer.pad_id)
+            # of a real token, whatever its shape (about 30 ms, 5x a short request): two
+            # positions of one word pay it.
+            ids = pad_batch(self.encode_sources(["a"]), pad_id=self.tokenizer.pad_id)
             self.steps.search(
                 ids, beam_size=beam_size, alpha=0.6, n_best=1, **options | {"max_length": 2}
             )
