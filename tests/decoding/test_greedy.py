@@ -107,6 +107,32 @@ def test_the_end_token_is_never_the_first_token(setup):
 
 
 @pytest.mark.core
+def test_the_python_loop_stops_decoding_rows_that_ended_when_the_steps_can_drop_them(setup):
+    from keras import ops
+
+    _, cached, sources, unstopped = setup
+    end_id = end_at_different_lengths(unstopped)
+    rows_decoded = []
+
+    def step(tokens, index, state):
+        rows_decoded.append(len(tokens))
+        return cached.step(tokens, index, state)
+
+    steps = StepByStep(cached)
+    steps.step = step
+    steps.keep_rows = lambda state, rows: cached.keep_rows_tensors(
+        state, ops.convert_to_tensor(rows.astype("int32"))
+    )
+    expected = [cut_at(row, end_id) for row in unstopped]
+    options = dict(start_id=START, end_id=end_id, max_length=CACHE)
+    assert greedy_search(steps, sources, **options) == expected
+    # A sentence of n tokens is decoded at positions 0..n (its </s> at n); one never ends.
+    lengths = [len(sentence) for sentence in expected]
+    assert rows_decoded == [sum(n >= index for n in lengths) for index in range(CACHE)]
+    assert rows_decoded[-1] < len(sources)
+
+
+@pytest.mark.core
 def test_greedy_returns_a_token_matrix_and_lengths(setup):
     _, cached, sources, unstopped = setup
     end_id = end_at_different_lengths(unstopped)

@@ -126,6 +126,20 @@ def test_exported_decoder_step_log_probs_match_keras(translation_export, batch):
     )
 
 
+def test_kept_rows_decode_as_they_did_in_the_whole_batch(translation_export):
+    keras_translator, onnx_translator, _ = translation_export
+    ids = pad_batch(sources(keras_translator, 5, seed=7), pad_id=0, multiple=1)
+    steps = onnx_translator.steps
+    tokens = np.full(5, keras_translator.tokenizer.start_id, "int32")
+    scores, state = steps.step(tokens, 0, steps.start(ids))
+    tokens = scores.argmax(-1).astype("int32")
+    rows = np.array([3, 0])
+    kept = steps.keep_rows(state, rows)  # before `step` writes the whole batch's state
+    whole_batch, _ = steps.step(tokens, 1, state)
+    kept_scores, _ = steps.step(tokens[rows], 1, kept)
+    np.testing.assert_allclose(kept_scores, whole_batch[rows], atol=1e-5, rtol=0)
+
+
 def test_greedy_and_beam_tokens_match_keras(translation_export):
     keras_translator, onnx_translator, _ = translation_export
     ids = pad_batch(sources(keras_translator, 24), pad_id=0, multiple=1)

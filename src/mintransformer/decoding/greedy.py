@@ -72,22 +72,30 @@ def greedy_search(
 def python_greedy(
     steps: Steps, source_ids, *, start_id: int, end_id: int, max_length: int
 ) -> list[list[int]]:
-    """`greedy_search`'s Python loop: one `steps.step` per token (any steps object)."""
+    """`greedy_search`'s Python loop: one `steps.step` per token (any steps object).
+
+    A row that has emitted </s> leaves the batch when the steps object can drop rows
+    (`keep_rows(state, rows)`, as the ONNX engine's can), so later steps decode only the
+    unfinished rows; otherwise it rides along until every row is done.
+    """
     state = steps.start(source_ids)
-    batch = len(source_ids)
-    tokens = np.full(batch, start_id, "int32")
-    outputs = [[] for _ in range(batch)]
-    done = np.zeros(batch, bool)
+    keep_rows = getattr(steps, "keep_rows", None)
+    outputs = [[] for _ in range(len(source_ids))]
+    sentence = np.arange(len(source_ids))  # the output of each row of the state
+    done = np.zeros(len(sentence), bool)
+    tokens = np.full(len(sentence), start_id, "int32")
     for index in range(max_length):
         log_probs, state = steps.step(tokens, index, state)
         tokens = rules.allowed(log_probs, index, end_id).argmax(-1).astype("int32")
+        done |= tokens == end_id
         for row in np.flatnonzero(~done):
-            if tokens[row] == end_id:
-                done[row] = True
-            else:
-                outputs[row].append(int(tokens[row]))
+            outputs[sentence[row]].append(int(tokens[row]))
         if done.all():
             break
+        if keep_rows is not None and done.any():
+            unfinished = np.flatnonzero(~done)
+            state = keep_rows(state, unfinished)
+            tokens, sentence, done = tokens[unfinished], sentence[unfinished], done[unfinished]
     return outputs
 
 

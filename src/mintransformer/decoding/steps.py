@@ -7,7 +7,9 @@ Python loop is written against:
 - `step(tokens, index, state) -> (scores, state)`: feeds int `(n,)` tokens at
   position `index`, returns float `(n, vocab)` scores of the next token;
 - `reorder(state, indices) -> state`: keeps (and repeats) the rows `indices`,
-  as beam search does when it picks the parents of its new hypotheses.
+  as beam search does when it picks the parents of its new hypotheses;
+- optionally `keep_rows(state, rows) -> state`: the whole state of those batch rows
+  only, so that greedy search's Python loop stops decoding the rows that have ended.
 
 Objects with `compiled_loops = True` also expose the same three calls on tensors
 (`start_tensors`, `step_tensors`, `reorder_tensors`), `check_length`, and

@@ -1,8 +1,8 @@
 """The onnxruntime engine: an export folder's graphs run with NumPy and our tokenizer.
 
 Nothing here imports Keras, TensorFlow, JAX or PyTorch. `OnnxSteps` gives the exported
-encoder and decoder-step graphs (`export.onnx_graphs`) the start/step/reorder calls of
-`decoding.steps`, so the same greedy and beam search loops drive them;
+encoder and decoder-step graphs (`export.onnx_graphs`) the start/step/reorder/keep_rows
+calls of `decoding.steps`, so the same greedy and beam search loops drive them;
 `OnnxLanguageModelSteps` does the same for a language model's step graph and the
 sampling loop. `translation_engine`, `classification_engine` and `generation_engine`
 open an export folder and return what `Translator`, `Classifier` and `Generator` take
@@ -184,6 +184,12 @@ class OnnxSteps:
         beam."""
         cache, cross, source_mask = state
         return cache.reorder(indices), cross, source_mask
+
+    def keep_rows(self, state: State, rows: np.ndarray) -> State:
+        """The whole state of the batch rows `rows` only: their cache, cross-attention
+        keys/values and source mask (greedy search dropping finished rows)."""
+        cache, cross, source_mask = state
+        return cache.reorder(rows), cross[:, :, rows], source_mask[rows]
 
 
 class OnnxLanguageModelSteps:
