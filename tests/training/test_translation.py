@@ -165,8 +165,13 @@ class _Stream:
         return 30, 40
 
 
+class _Optimizer:
+    iterations = np.int64(0)
+
+
 class _Model:
     stop_training = False
+    optimizer = _Optimizer()
 
 
 @pytest.mark.parametrize(("spent", "stops"), [(0.0, False), (60.0, True)])
@@ -179,6 +184,20 @@ def test_the_training_clock_stops_once_the_budget_is_spent(spent, stops):
     assert clock.model.stop_training is stops
     assert logs["padding"] == pytest.approx(0.25)
     assert logs["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize(("left", "stops"), [(0.5, True), (1.5, False)])
+def test_an_epoch_ending_with_less_than_a_step_of_budget_left_is_the_last(left, stops):
+    model = _Model()
+    model.optimizer = _Optimizer()
+    clock = TrainingClock(_Stream(), budget_seconds=10.0)
+    clock.set_model(model)
+    clock.on_train_begin()
+    clock.on_epoch_begin(0)
+    model.optimizer.iterations = np.int64(10)  # ten steps of about a second each
+    clock.epoch_seconds = 10.0 - left
+    clock.on_epoch_end(0, {})
+    assert model.stop_training is stops
 
 
 @pytest.mark.parametrize("empty", ["--train", "--val"])

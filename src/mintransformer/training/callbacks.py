@@ -26,7 +26,8 @@ class TrainingClock(keras.callbacks.Callback):
     With a budget and a `decay_end` variable (a linear learning-rate decay's last
     step), each epoch from the second on begins by moving `decay_end` to where the
     budget is expected to run out: the optimizer's step count plus the seconds left
-    times the steps per second this process has trained so far.
+    times the steps per second this process has trained so far. An epoch that ends
+    with less than a mean step's time of the budget left is the last.
 
     Args:
         stream: the training batches; `stream.token_counts(epoch, i)` gives the
@@ -94,6 +95,15 @@ class TrainingClock(keras.callbacks.Callback):
         self.spent_seconds += self.epoch_seconds
         if logs is not None:
             logs.update(self.figures(), train_seconds=self.spent_seconds)
+        # With less than a step's time left, another epoch would train a sliver at the
+        # end of the decay, yet be validated, checkpointed and take an averaging slot.
+        if self.budget_seconds and self.budget_seconds - self.spent_seconds < self.step_seconds():
+            self.model.stop_training = True
+
+    def step_seconds(self) -> float:
+        """The mean training time of a step in this process so far."""
+        steps = max(self.optimizer_step() - self.first_step, 1)
+        return (self.spent_seconds - self.first_spent_seconds) / steps
 
 
 class EpochCheckpoint(keras.callbacks.Callback):
