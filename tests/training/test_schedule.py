@@ -1,4 +1,5 @@
 import dataclasses
+import math
 
 import keras
 import numpy as np
@@ -171,11 +172,11 @@ class OneSecondPerCall:
 
 
 def test_a_time_budget_moves_the_decays_end_into_the_compiled_step(tmp_path, monkeypatch):
-    # Every training step "takes" one second. The budget is one epoch of steps plus
-    # half a second, so after the first epoch the clock expects the budget to run out
-    # within the next step and moves the decay's end there: the one step of the second
-    # epoch runs at a learning rate of 0 and leaves the weights exactly as they were.
-    # A backend that compiled the end in as a constant would move them.
+    # Every training step "takes" one second. The budget is one epoch of steps plus one
+    # second, so after the first epoch one step's time is left: a second epoch begins,
+    # and the clock moves the decay's end to its one step, which runs at a learning
+    # rate of 0 and leaves the weights exactly as they were. A backend that compiled
+    # the end in as a constant would move them.
     corpus = load_corpus(numbers_spec(num_train=600, num_val=50, num_test=50))
     config = TranslationConfig(
         data=numbers_spec(600, 50, 50),
@@ -195,7 +196,10 @@ def test_a_time_budget_moves_the_decays_end_into_the_compiled_step(tmp_path, mon
     steps_per_epoch = int(saved(probe.checkpoints()[-1], "iteration"))
     assert steps_per_epoch > 3
     monkeypatch.setattr(callbacks, "time", OneSecondPerCall())
-    budget = dataclasses.replace(config, epochs=50, minutes=(steps_per_epoch + 0.5) / 60)
+    minutes = (steps_per_epoch + 1) / 60
+    while 60.0 * minutes < steps_per_epoch + 1:  # not one rounding short of the step
+        minutes = math.nextafter(minutes, math.inf)
+    budget = dataclasses.replace(config, epochs=50, minutes=minutes)
     run = RunDirectory.create(tmp_path / "run", budget)
     model, _ = train_in(translation, run, corpus)
     assert [run.epoch_of(p) for p in run.checkpoints()] == [1, 2]
