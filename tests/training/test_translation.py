@@ -171,7 +171,6 @@ class _Optimizer:
 
 class _Model:
     stop_training = False
-    optimizer = _Optimizer()
 
 
 @pytest.mark.parametrize(("spent", "stops"), [(0.0, False), (60.0, True)])
