@@ -70,9 +70,8 @@ class TrainingClock(keras.callbacks.Callback):
         """The optimizer step at which the budget should run out at the pace so far
         (never before the next step)."""
         done = self.optimizer_step()
-        pace = (done - self.first_step) / (self.spent_seconds - self.first_spent_seconds)
         left = max(self.budget_seconds - self.spent_seconds, 0.0)
-        return max(done + left * pace, done + 1.0)
+        return max(done + left / self.step_seconds(), done + 1.0)
 
     def on_train_batch_end(self, batch, logs=None):
         real, padded = self.stream.token_counts(self.epoch, batch)
