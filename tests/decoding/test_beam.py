@@ -247,6 +247,78 @@ UNSURE = [
 ]
 
 
+class SourceTableSteps:
+    """Constructed 'models', one per source: a row's next-token probabilities are its
+    source's table's row of its last token (the source id is its first token). Records
+    how many rows each step decodes."""
+
+    def __init__(self, tables):
+        self.log_tables = np.log(np.asarray(tables, dtype="float64") + 1e-12)
+        self.rows_decoded = []
+
+    def start(self, source_ids, repeat=1):
+        return np.repeat(np.asarray(source_ids)[:, 0], repeat)
+
+    def step(self, tokens, index, state):
+        self.rows_decoded.append(len(tokens))
+        return self.log_tables[state, tokens], state
+
+    def reorder(self, state, indices):
+        return state[indices]
+
+
+# ids as TRAP's. After A the model ends (0.9); after B it goes on with B (0.95). With a
+# strong length penalty, A </s> ends the search at the third position (no live hypothesis
+# ending then would beat it), though B B ... </s> would have won much later.
+ENDS_EARLY = [
+    [0, 0, 0, 0, 0],
+    [0, 0, 0.0, 0.6, 0.4],
+    [0, 0, 1.0, 0, 0],
+    [0, 0, 0.9, 0.05, 0.05],
+    [0, 0, 0.05, 0.0, 0.95],
+]
+# Always A, ending with probability 0.01: its search runs to max_length.
+RUNS_LONG = [
+    [0, 0, 0, 0, 0],
+    [0, 0, 0.0, 1.0, 0.0],
+    [0, 0, 1.0, 0, 0],
+    [0, 0, 0.01, 0.99, 0.0],
+    [0, 0, 1.0, 0, 0],
+]
+
+
+@pytest.mark.parametrize("drop_rows", [False, True])
+def test_a_source_whose_search_is_over_keeps_its_result_while_others_go_on(drop_rows):
+    steps = SourceTableSteps([ENDS_EARLY, RUNS_LONG])
+    if drop_rows:
+        steps.keep_rows = steps.reorder
+    options = dict(start_id=START, end_id=END, max_length=12, beam_size=2, alpha=3.0)
+    alone = beam_search(steps, np.array([[0]]), **options)
+    assert alone[0] == [[3]] and steps.rows_decoded == [2, 2]
+    steps.rows_decoded.clear()
+    together = beam_search(steps, np.array([[0], [1]]), **options)
+    assert together[0][0] == alone[0][0]
+    assert together[1][0] == alone[1][0]
+    assert together[0][1] == [3] * 12  # the second source ran to max_length
+    # Once the first source's search is over, its rows leave the batch where they can.
+    assert steps.rows_decoded == [4, 4] + [2 if drop_rows else 4] * 10
+
+
+@pytest.mark.core
+def test_each_source_gets_from_the_compiled_beam_what_it_gets_alone(setup):
+    _, cached, sources = setup
+    varied = False
+    for end_id in (3, 12, 20, 33):
+        options = dict(start_id=START, end_id=end_id, max_length=CACHE, beam_size=3, alpha=1.5)
+        together = beam_search(cached, sources, **options)
+        varied |= len({len(tokens) for tokens in together[0]}) > 1
+        for row in range(len(sources)):
+            alone = beam_search(cached, sources[row : row + 1], **options)
+            assert alone[0][0] == together[0][row]
+            np.testing.assert_allclose(alone[1][0], together[1][row], rtol=1e-4, atol=1e-5)
+    assert varied  # in some batch the sources ended at different steps
+
+
 @pytest.mark.parametrize("beam_size", [1, 2, 4])
 def test_no_search_ends_at_the_first_token(beam_size):
     steps = TableSteps(UNSURE)

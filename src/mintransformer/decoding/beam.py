@@ -11,6 +11,8 @@ A source is done when no live hypothesis would beat its best finished one
 (`search_is_over`), not merely when `beam_size` hypotheses have finished: with
 a confident model the first hypotheses to finish are often improbable ones,
 retired by a low-ranked </s>, while the likely one is still being written.
+A source whose search is over keeps its hypotheses while the others go on, so
+its result does not depend on the other sources of its batch.
 With `beam_size=1` the search follows the greedy path, so its result scores at
 least as well as greedy search's. No hypothesis ends at the first position
 (`decoding.rules`), so none is empty.
@@ -150,56 +152,75 @@ def python_beam(
 
 
 def _python_ranked(steps: Steps, source_ids, options: BeamOptions) -> list[list[tuple]]:
-    """`python_beam`'s search; per source its `(score, tokens)` candidates, best first."""
+    """`python_beam`'s search; per source its `(score, tokens)` candidates, best first.
+
+    A source whose search is over (`search_is_over`) keeps what it has: later steps
+    neither extend nor retire its hypotheses, so its result is what it would be
+    decoded alone. Its rows leave the state when the steps object can drop rows
+    (`keep_rows`, as the ONNX engine's can); otherwise they ride along unread.
+    """
     end_id, alpha, k = options.end_id, options.alpha, options.beam_size
     batch = len(source_ids)
     state = steps.start(source_ids, repeat=k)
+    keep_rows = getattr(steps, "keep_rows", None)
     # Only the first beam of each source is live at the start (all beams are equal).
     scores = np.full((batch, k), -np.inf)
     scores[:, 0] = 0.0
     prefixes = [[[] for _ in range(k)] for _ in range(batch)]
     finished = [[] for _ in range(batch)]  # the k best (normalised score, tokens), best first
+    in_state = np.arange(batch)  # the source of each group of k rows of the state
     tokens = np.full(batch * k, options.start_id, "int32")
-    over, steps_run = np.zeros(batch, bool), 0
+    over, steps_run = np.zeros(batch, bool), np.zeros(batch, int)
     for index in range(options.max_length):
         log_probs, state = steps.step(tokens, index, state)
         log_probs = rules.allowed(log_probs, index, end_id)
-        steps_run = index + 1
         vocab = log_probs.shape[-1]
-        totals = (scores[:, :, None] + log_probs.reshape(batch, k, vocab)).reshape(batch, -1)
+        groups = len(in_state)
+        totals = (scores[in_state, :, None] + log_probs.reshape(groups, k, vocab)).reshape(
+            groups, -1
+        )
         candidates = top_candidates(totals, 2 * k)
-        keep = np.repeat(np.arange(batch) * k, k)  # an empty slot copies its source's first row
-        new_scores = np.full((batch, k), -np.inf)
-        new_prefixes = [[[] for _ in range(k)] for _ in range(batch)]
-        for b in range(batch):
-            slot, ended = 0, []
-            for flat in candidates[b]:
-                beam, token, total = flat // vocab, int(flat % vocab), totals[b, flat]
+        keep = np.repeat(np.arange(groups) * k, k)  # an empty slot copies its group's first row
+        for group, b in enumerate(in_state):
+            if over[b]:
+                continue
+            steps_run[b] = index + 1
+            slot, ended, new_prefixes = 0, [], [[] for _ in range(k)]
+            scores[b] = -np.inf
+            for flat in candidates[group]:
+                beam, token, total = flat // vocab, int(flat % vocab), totals[group, flat]
                 if not np.isfinite(total):
                     break
                 if token == end_id:
                     ended.append((total / length_penalty(index + 1, alpha), prefixes[b][beam]))
                     continue
-                keep[b * k + slot] = b * k + beam
-                new_scores[b, slot] = total
-                new_prefixes[b][slot] = prefixes[b][beam] + [token]
+                keep[group * k + slot] = group * k + beam
+                scores[b, slot] = total
+                new_prefixes[slot] = prefixes[b][beam] + [token]
                 slot += 1
                 if slot == k:
                     break
+            prefixes[b] = new_prefixes
             # Stable: on equal scores the hypothesis that finished first stays ahead.
             finished[b] = sorted(finished[b] + ended, key=lambda item: -item[0])[:k]
-        scores, prefixes = new_scores, new_prefixes
-        best = np.array([f[0][0] if f else -np.inf for f in finished])
-        over = search_is_over(best, scores, steps_run, alpha)
+            best = finished[b][0][0] if finished[b] else -np.inf
+            over[b] = search_is_over(best, scores[b], index + 1, alpha)
         if over.all():
             break
-        tokens = np.array([p[-1] if p else end_id for row in prefixes for p in row], dtype="int32")
-        state = steps.reorder(state, keep)
+        if keep_rows is not None and over[in_state].any():
+            going_on = np.flatnonzero(~over[in_state])
+            state = keep_rows(state, keep.reshape(groups, k)[going_on].reshape(-1))
+            in_state = in_state[going_on]
+        else:
+            state = steps.reorder(state, keep)
+        tokens = np.array(
+            [p[-1] if p else end_id for b in in_state for p in prefixes[b]], dtype="int32"
+        )
     results = []
     for b in range(batch):
         candidates = list(finished[b])
         if not (over[b] and candidates):  # max_length cut the search: the live compete too
-            penalty = length_penalty(steps_run, alpha)
+            penalty = length_penalty(steps_run[b], alpha)
             candidates += [
                 (scores[b, s] / penalty, prefixes[b][s])
                 for s in range(k)
@@ -213,7 +234,7 @@ def _python_ranked(steps: Steps, source_ids, options: BeamOptions) -> list[list[
 
 def search_is_over(best_finished: np.ndarray, live_scores: np.ndarray, steps_run, alpha):
     """Per source, whether no live hypothesis ending at the next step would beat its best
-    finished one (`_beam_goes_on` computes the same in tensors).
+    finished one (`_beam_decode_one` computes the same in tensors).
 
     A live hypothesis can only lose probability. With `alpha <= 0` it can therefore
     never overtake, and the search is exact; with `alpha > 0` a longer one is
@@ -244,7 +265,7 @@ def compiled_beam(steps, source_ids, options: BeamOptions) -> tuple[list[list[in
 def _run_compiled(steps, source_ids, options: BeamOptions) -> tuple:
     """`_beam_first`'s outputs (and `_beam_segment`'s, once the cache has grown) as
     NumPy arrays: `(steps_run, live_scores, live, finished, finished_scores,
-    finished_lengths)`, as `_ranked` reads them."""
+    finished_lengths, over)`, as `_ranked` reads them."""
     from keras import ops
 
     steps.check_length(options.max_length)
@@ -326,9 +347,10 @@ def _beam_first(steps, beam_size, cache_length, source_ids, start_id, end_id, ma
 
     Returns the loop variables `(steps_run, tokens, state, live_scores (batch, beam),
     live (batch, beam, T), (finished (batch, beam, T), finished_scores,
-    finished_lengths (batch, beam)))`: `steps_run` tokens were decoded, live
-    hypotheses hold their total log-probability and finished ones their normalised
-    score (-inf for an empty slot); `T` is `steps.max_length`.
+    finished_lengths (batch, beam), over (batch,)))`: `steps_run` tokens were
+    decoded, live hypotheses hold their total log-probability and finished ones their
+    normalised score (-inf for an empty slot); `T` is `steps.max_length`. A source
+    whose search is over keeps its hypotheses from then on, as in `python_beam`.
     """
     from keras import ops
 
@@ -345,6 +367,7 @@ def _beam_first(steps, beam_size, cache_length, source_ids, start_id, end_id, ma
         ops.full((batch, k, width), end_id, "int32"),  # tokens
         ops.full((batch, k), float("-inf")),  # normalised scores, best first
         ops.zeros((batch, k), "int32"),  # lengths
+        ops.zeros((batch,), "bool"),  # per source: its search is over
     )
     index = ops.convert_to_tensor(0, "int32")
     loop_vars = (index, tokens, state, live_scores, live, finished_state)
@@ -366,19 +389,15 @@ def _beam_segment(
 
     end = ops.minimum(max_length, steps.cache_length(state))
     loop_vars = (index, tokens, state, live_scores, live, finished_state)
-    return steps.token_loop(
-        _beam_goes_on, _beam_decode_one, loop_vars, (end, alpha), (end_id, alpha)
-    )
+    return steps.token_loop(_beam_goes_on, _beam_decode_one, loop_vars, (end,), (end_id, alpha))
 
 
-def _beam_goes_on(steps, index, tokens, state, live_scores, live, finished_state, end, alpha):
+def _beam_goes_on(steps, index, tokens, state, live_scores, live, finished_state, end):
     """Whether the beam loop decodes position `index`: before `end`, and some source's
-    search is not over (`search_is_over`, in tensors)."""
+    search is not over."""
     from keras import ops
 
-    penalty = length_penalty(ops.cast(index + 1, "float32"), alpha)
-    over = finished_state[1][:, 0] >= ops.max(live_scores, axis=-1) / penalty
-    return ops.logical_and(index < end, ops.logical_not(ops.all(over)))
+    return ops.logical_and(index < end, ops.logical_not(ops.all(finished_state[3])))
 
 
 def _beam_decode_one(steps, index, tokens, state, live_scores, live, finished_state, end_id, alpha):
@@ -388,7 +407,7 @@ def _beam_decode_one(steps, index, tokens, state, live_scores, live, finished_st
     from mintransformer.backend import kernels
 
     batch, k, width = ops.shape(live)
-    finished, finished_scores, finished_lengths = finished_state
+    finished, finished_scores, finished_lengths, over = finished_state
     log_probs, state = steps.step_tensors(tokens, index, state)
     log_probs = rules.allowed_tensors(log_probs, index, end_id)
     vocab = ops.shape(log_probs)[-1]
@@ -409,22 +428,34 @@ def _beam_decode_one(steps, index, tokens, state, live_scores, live, finished_st
         top_totals / length_penalty(ops.cast(index + 1, "float32"), alpha),
         float("-inf"),
     )
-    finished_scores, chosen = ops.top_k(ops.concatenate([finished_scores, ended], axis=1), k)
+    new_finished_scores, chosen = ops.top_k(ops.concatenate([finished_scores, ended], axis=1), k)
     chosen = ops.cast(chosen, "int32")
     candidates = ops.concatenate([finished, _gather_beams(live, beams)], axis=1)
-    finished = _gather_beams(candidates, chosen)
+    new_finished = _gather_beams(candidates, chosen)
     lengths = ops.concatenate([finished_lengths, ops.zeros((batch, 2 * k), "int32") + index], 1)
-    finished_lengths = ops.take_along_axis(lengths, chosen, axis=1)
+    new_finished_lengths = ops.take_along_axis(lengths, chosen, axis=1)
 
     to_live = _select(ops.logical_and(scanned, continues), lives_before, k)
     filled = ops.any(to_live, axis=-1)
-    live_scores = ops.where(filled, _pick(to_live, top_totals), float("-inf"))
+    new_live_scores = ops.where(filled, _pick(to_live, top_totals), float("-inf"))
     parents = _pick(to_live, beams)
     tokens = ops.where(filled, _pick(to_live, next_tokens), end_id)
-    live = kernels.write_position(_gather_beams(live, parents), tokens[:, :, None], index, axis=2)
+    new_live = kernels.write_position(
+        _gather_beams(live, parents), tokens[:, :, None], index, axis=2
+    )
     row_offsets = ops.arange(batch, dtype="int32")[:, None] * k
     state = steps.reorder_tensors(state, ops.reshape(parents + row_offsets, (-1,)))
-    finished_state = (finished, finished_scores, finished_lengths)
+
+    # A source whose search was over keeps its hypotheses; its rows decode unread.
+    kept = over[:, None]
+    live_scores = ops.where(kept, live_scores, new_live_scores)
+    live = ops.where(kept[:, :, None], live, new_live)
+    finished_scores = ops.where(kept, finished_scores, new_finished_scores)
+    finished = ops.where(kept[:, :, None], finished, new_finished)
+    finished_lengths = ops.where(kept, finished_lengths, new_finished_lengths)
+    penalty = length_penalty(ops.cast(index + 2, "float32"), alpha)
+    over = ops.logical_or(over, finished_scores[:, 0] >= ops.max(live_scores, axis=-1) / penalty)
+    finished_state = (finished, finished_scores, finished_lengths, over)
     return index + 1, ops.reshape(tokens, (-1,)), state, live_scores, live, finished_state
 
 
@@ -458,9 +489,8 @@ def _pick(one_hot, values):
 def _ranked(outputs, options: BeamOptions) -> list[list[tuple[float, list[int]]]]:
     """Per source, the `(score, tokens)` candidates of `_run_compiled`'s arrays, best first
     (the first is the choice `python_beam` makes)."""
-    steps_run, live_scores, live, finished, finished_scores, finished_lengths = outputs
+    steps_run, live_scores, live, finished, finished_scores, finished_lengths, over = outputs
     steps_run = int(steps_run)
-    over = search_is_over(finished_scores[:, 0], live_scores, steps_run, options.alpha)
     penalty = length_penalty(steps_run, options.alpha)
     ranked = []
     for b in range(len(live_scores)):
