@@ -66,7 +66,8 @@ def test_residual_passes_on_what_the_sublayer_returns_after_its_output(rng, norm
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_cached_self_attention_with_a_padding_mask_equals_masked_attention(rng, norm_first):
+@pytest.mark.parametrize("write", [False, True])
+def test_cached_self_attention_with_a_padding_mask_equals_masked_attention(rng, norm_first, write):
     batch, length, heads = 2, 6, 2
     attention = MultiHeadAttention(D_MODEL, heads)
     norm = keras.layers.LayerNormalization(epsilon=EPSILON)
@@ -80,14 +81,22 @@ def test_cached_self_attention_with_a_padding_mask_equals_masked_attention(rng, 
     cache = keras.ops.zeros((2, batch, heads, length + 2, D_MODEL // heads))
     slots = np.pad(keep, ((0, 0), (0, 2)), constant_values=False)
     for t in range(length):
-        out, new_slot = cached_self_attention(
-            x[:, t : t + 1], t, cache, attention, norm, dropout, norm_first, slots
+        before = to_numpy(cache)
+        out, written = cached_self_attention(
+            x[:, t : t + 1], t, cache, attention, norm, dropout, norm_first, slots, write
         )
         np.testing.assert_allclose(to_numpy(out)[:, 0], to_numpy(full)[:, t], atol=1e-5)
-        cache = write_slot(cache, new_slot, t)
-        # Only slot t changed, to the new position's keys and values.
-        np.testing.assert_array_equal(to_numpy(cache)[:, :, :, t], to_numpy(new_slot)[:, :, :, 0])
-        assert not to_numpy(cache)[:, :, :, t + 1 :].any()
+        # Without `write` the step returns the new slot, and the caller writes it.
+        cache = written if write else write_slot(cache, written, t)
+        # Only slot t changed, to the position's keys and values (computed independently).
+        key, value = attention.project_key_value(
+            norm(x[:, t : t + 1]) if norm_first else x[:, t : t + 1]
+        )
+        np.testing.assert_allclose(to_numpy(cache)[0, :, :, t], to_numpy(key)[:, :, 0], atol=1e-6)
+        np.testing.assert_allclose(to_numpy(cache)[1, :, :, t], to_numpy(value)[:, :, 0], atol=1e-6)
+        np.testing.assert_array_equal(
+            np.delete(to_numpy(cache), t, axis=3), np.delete(before, t, axis=3)
+        )
 
 
 def test_block_options_build_sub_layers_with_the_options():

@@ -103,9 +103,10 @@ def write_position(tensor, update, index, axis: int):
     """`tensor` with position `index` (an int32 scalar) of `axis` set to `update`, which
     has size 1 on `axis` and `tensor`'s other sizes.
 
-    A one-hot select (`where`), which exports to ONNX as it is; on PyTorch one
-    out-of-place `index_copy`, which copies the tensor once where the select reads it
-    and the broadcast update and writes it.
+    A dynamic update slice, which XLA does in place in a compiled loop (only the
+    position is written); on PyTorch one out-of-place `index_copy`, where
+    `slice_update` runs a dozen kernels. Exported (ONNX) graphs never write: their
+    caller stores what a step returns.
     """
     ops = keras.ops
     if keras.backend.backend() == "torch":
@@ -113,9 +114,9 @@ def write_position(tensor, update, index, axis: int):
 
         position = ops.reshape(ops.cast(index, "int64"), (1,))
         return torch.index_copy(tensor, axis, position, ops.cast(update, tensor.dtype))
-    at_index = ops.arange(ops.shape(tensor)[axis], dtype="int32") == index
-    rank = len(tensor.shape)
-    return ops.where(ops.reshape(at_index, (-1,) + (1,) * (rank - 1 - axis)), update, tensor)
+    start = [0] * len(tensor.shape)
+    start[axis] = ops.cast(index, "int32")
+    return ops.slice_update(tensor, start, ops.cast(update, tensor.dtype))
 
 
 RANDOM_WORD_LEVELS = 65536  # TensorFlow's dropout compares 16-bit random words

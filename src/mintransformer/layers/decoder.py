@@ -104,7 +104,7 @@ class DecoderLayer(BlockOptions):
         )
         return (x, self_weights, cross_weights) if return_attention_weights else x
 
-    def step(self, x, index, cache, cross_key_value, cross_attention_mask=None):
+    def step(self, x, index, cache, cross_key_value, cross_attention_mask=None, write=True):
         """Decodes one position with a self-attention key/value cache (inference only).
 
         Args:
@@ -115,12 +115,14 @@ class DecoderLayer(BlockOptions):
             cross_key_value: `(keys, values)` of the encoder output from
                 `cross_attention.project_key_value`.
             cross_attention_mask: bool, broadcastable to `(batch, heads, 1, source_length)`.
+            write: return the cache with position `index` written, rather than the
+                position's keys and values alone (`cached_self_attention`).
 
         Returns:
-            `(output (batch, 1, d_model), new slot (2, batch, heads, 1, depth))`: the
-            keys and values of position `index`, for `write_slot`.
+            `(output (batch, 1, d_model), cache)` with `write`, else `(output, new slot
+            (2, batch, heads, 1, depth))`.
         """
-        x, new_slot = self.cached_self_attention_residual(x, index, cache)
+        x, cache = self.cached_self_attention_residual(x, index, cache, write=write)
         x, _ = self._cross_and_feed_forward(
             x,
             lambda h: self.cross_attention(
@@ -128,7 +130,7 @@ class DecoderLayer(BlockOptions):
             ),
             False,
         )
-        return x, new_slot
+        return x, cache
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
@@ -215,15 +217,18 @@ class Decoder(Stack):
             ValueError: if `source_padding_mask` is not bool or does not match
                 the source length of `cross_key_values`.
         """
-        hidden, new_slots = self.step_new_slots(
-            token_ids, index, cache, cross_key_values, source_padding_mask
-        )
-        return hidden, self.write_slots(cache, new_slots, index)
+        return self._step(token_ids, index, cache, cross_key_values, source_padding_mask)
 
     def step_new_slots(self, token_ids, index, cache, cross_key_values, source_padding_mask=None):
         """`step` without writing the cache: `(hidden, per-layer new slots (2, batch,
         heads, 1, depth))`. An exported step graph returns these, and its caller stores
         them."""
+        return self._step(
+            token_ids, index, cache, cross_key_values, source_padding_mask, write=False
+        )
+
+    def _step(self, token_ids, index, cache, cross_key_values, source_padding_mask, write=True):
+        """`step` (`write`) or `step_new_slots`."""
         cross_mask = None
         if source_padding_mask is not None:
             source_keys = cross_key_values[0][0]  # (batch, heads, source_length, depth)
@@ -231,8 +236,8 @@ class Decoder(Stack):
                 source_padding_mask, source_keys[:, 0, :, 0], "source_padding_mask"
             )[:, None, None, :]
         x = self.embedding(token_ids, start_index=index)
-        new_slots = []
+        per_layer = []
         for block, layer_cache, cross_kv in zip(self.blocks, cache, cross_key_values, strict=True):
-            x, new_slot = block.step(x, index, layer_cache, cross_kv, cross_mask)
-            new_slots.append(new_slot)
-        return self.finish(x), tuple(new_slots)
+            x, written = block.step(x, index, layer_cache, cross_kv, cross_mask, write)
+            per_layer.append(written)
+        return self.finish(x), tuple(per_layer)

@@ -65,7 +65,7 @@ class EncoderLayer(BlockOptions):
         x = self.feed_forward_residual(x, training)
         return (x, weights) if return_attention_weights else x
 
-    def step(self, x, index, cache, padding_mask=None):
+    def step(self, x, index, cache, padding_mask=None, write=True):
         """Processes one position of a causal (GPT-style) stack with a key/value cache.
 
         Inference only; equals `call` at position `index` under a look-ahead mask
@@ -78,13 +78,15 @@ class EncoderLayer(BlockOptions):
                 positions `< index` (later slots are ignored).
             padding_mask: optional bool `(batch, max_length)` over the cache
                 slots, True at real tokens.
+            write: return the cache with position `index` written, rather than the
+                position's keys and values alone (`cached_self_attention`).
 
         Returns:
-            `(output (batch, 1, d_model), new slot (2, batch, heads, 1, depth))`: the
-            keys and values of position `index`, for `write_slot`.
+            `(output (batch, 1, d_model), cache)` with `write`, else `(output, new slot
+            (2, batch, heads, 1, depth))`.
         """
-        x, new_slot = self.cached_self_attention_residual(x, index, cache, padding_mask)
-        return self.feed_forward_residual(x), new_slot
+        x, cache = self.cached_self_attention_residual(x, index, cache, padding_mask, write)
+        return self.feed_forward_residual(x), cache
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")

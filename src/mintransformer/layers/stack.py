@@ -20,7 +20,7 @@ from mintransformer.layers.arguments import (
 )
 from mintransformer.layers.embedding import TokenAndPositionEmbedding
 from mintransformer.layers.layer_norm import LayerNorm
-from mintransformer.layers.sublayer import BlockOptions, write_slot
+from mintransformer.layers.sublayer import BlockOptions
 
 
 class Stack(keras.layers.Layer):
@@ -126,11 +126,6 @@ class Stack(keras.layers.Layer):
         depth = self.blocks[0].self_attention.depth
         shape = (2, batch_size, self.num_heads, max_length, depth)
         return tuple(ops.zeros(shape, dtype=self.compute_dtype) for _ in self.blocks)
-
-    @staticmethod
-    def write_slots(cache: tuple, new_slots: tuple, index) -> tuple:
-        """Per block, `write_slot(cache, new_slot, index)`: the cache after a `step`."""
-        return tuple(write_slot(c, s, index) for c, s in zip(cache, new_slots, strict=True))
 
     def padding_mask(self, token_ids, mask=None, name: str = "padding_mask"):
         """bool `(batch, length)`, True at real tokens: `mask` (checked) or built from ids.

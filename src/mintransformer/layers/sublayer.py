@@ -65,13 +65,18 @@ def cached_self_attention(
     dropout: Callable,
     norm_first: bool,
     padding_mask=None,
+    write: bool = True,
 ):
     """Add & Norm around causal self-attention of one position over a key/value cache.
 
     The inference path of `EncoderLayer.step` (a GPT block) and `DecoderLayer.step`:
     the query attends to the cache's slots `0..index-1` and to the new position's own
-    key and value, which are returned for the caller to store (`write_slot`). The
-    cache is only read, so an exported step graph need not copy it.
+    key and value. With `write`, those are first written into slot `index` and the
+    query attends to slots `0..index` of the written cache, which is returned: in a
+    compiled loop the write is in place, and no step copies the cache. Without it the
+    cache is only read (the new key and value are attended as one more slot after
+    the cache's) and the new slot is returned for the caller to store: an exported
+    step graph does this, so that it need not copy the cache in or out.
 
     Args:
         x: `(batch, 1, d_model)`, the input at position `index`.
@@ -84,40 +89,44 @@ def cached_self_attention(
         norm_first: pre-LN instead of post-LN.
         padding_mask: optional bool `(batch, max_length)` over the cache slots,
             True at real tokens; ANDed with the causal visibility.
+        write: write the new slot into the cache and return the cache.
 
     Returns:
-        `(output (batch, 1, d_model), new slot (2, batch, heads, 1, depth))`.
+        `(output (batch, 1, d_model), cache with slot index written)` with `write`,
+        else `(output, new slot (2, batch, heads, 1, depth))`.
     """
     positions = ops.arange(ops.shape(cache)[3], dtype="int32")
-    past = ops.reshape(positions < index, (1, 1, 1, -1))
-    current = ops.ones((1, 1, 1, 1), "bool")
+    # The slots the query sees: those before `index`, and `index` itself once written.
+    visible = ops.reshape(positions <= index if write else positions < index, (1, 1, 1, -1))
     if padding_mask is not None:
-        past = ops.logical_and(past, padding_mask[:, None, None, :])
-        current = ops.reshape(ops.take(padding_mask, index, axis=1), (-1, 1, 1, 1))
-    visible = ops.concatenate([past, current], axis=-1)
-    new_slot = []
+        visible = ops.logical_and(visible, padding_mask[:, None, None, :])
+    if not write:  # the new position, attended as one more slot after the cache's
+        current = ops.ones((1, 1, 1, 1), "bool")
+        if padding_mask is not None:
+            current = ops.reshape(ops.take(padding_mask, index, axis=1), (-1, 1, 1, 1))
+        visible = ops.concatenate([visible, current], axis=-1)
+    written = []
 
     # A closure so that `residual` applies the pre-LN norm before the keys are projected.
     def attend(h):
         key, value = attention.project_key_value(h)
-        key, value = ops.cast(key, cache.dtype), ops.cast(value, cache.dtype)
-        new_slot.append(ops.stack([key, value]))
-        keys = ops.concatenate([cache[0], key], axis=2)
-        values = ops.concatenate([cache[1], value], axis=2)
+        new_slot = ops.stack([ops.cast(key, cache.dtype), ops.cast(value, cache.dtype)])
+        if write:
+            written.append(write_slot(cache, new_slot, index))
+            keys, values = written[0][0], written[0][1]
+        else:
+            written.append(new_slot)
+            keys = ops.concatenate([cache[0], new_slot[0]], axis=2)
+            values = ops.concatenate([cache[1], new_slot[1]], axis=2)
         return attention(h, attention_mask=visible, key_value=(keys, values))
 
     x, _ = residual(x, attend, norm, dropout, norm_first, False)
-    return x, new_slot[0]
+    return x, written[0]
 
 
 def write_slot(cache, new_slot, index):
     """`cache` `(2, batch, heads, max_length, depth)` with slot `index` set to `new_slot`
-    `(2, batch, heads, 1, depth)`.
-
-    A one-hot write rather than `slice_update`: the dynamic update slice it becomes
-    has no ONNX equivalent. On PyTorch, which exports no ONNX, one `index_copy`
-    (`kernels.write_position`): the select reads and writes the whole cache.
-    """
+    `(2, batch, heads, 1, depth)` (`kernels.write_position`)."""
     return kernels.write_position(cache, new_slot, index, axis=3)
 
 
@@ -238,8 +247,9 @@ class BlockOptions(keras.layers.Layer):
             training,
         )
 
-    def cached_self_attention_residual(self, x, index, cache, padding_mask=None):
-        """`cached_self_attention` with this block's sub-layers: `(output, new slot)`."""
+    def cached_self_attention_residual(self, x, index, cache, padding_mask=None, write=True):
+        """`cached_self_attention` with this block's sub-layers: `(output, written cache)`,
+        or `(output, new slot)` without `write`."""
         return cached_self_attention(
             x,
             index,
@@ -249,6 +259,7 @@ class BlockOptions(keras.layers.Layer):
             self.self_attention_dropout,
             self.norm_first,
             padding_mask,
+            write,
         )
 
     def feed_forward_residual(self, x, training=None):

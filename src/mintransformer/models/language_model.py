@@ -61,21 +61,24 @@ class CausalStack(Stack):
         Raises:
             ValueError: if `padding_mask` is not bool or not `(batch, cache_length)`.
         """
-        hidden, new_slots = self.step_new_slots(token_ids, index, cache, padding_mask)
-        return hidden, self.write_slots(cache, new_slots, index)
+        return self._step(token_ids, index, cache, padding_mask)
 
     def step_new_slots(self, token_ids, index, cache, padding_mask=None):
         """`step` without writing the cache: `(hidden, per-block new slots (2, batch,
         heads, 1, depth))`, as `Decoder.step_new_slots`."""
+        return self._step(token_ids, index, cache, padding_mask, write=False)
+
+    def _step(self, token_ids, index, cache, padding_mask, write=True):
+        """`step` (`write`) or `step_new_slots`."""
         if padding_mask is not None:
             slots = cache[0][0, :, 0, :, 0]  # (batch, cache_length)
             padding_mask = masks.check_padding_mask(padding_mask, slots, "padding_mask")
         x = self.embedding(token_ids, start_index=index)
-        new_slots = []
+        per_block = []
         for block, layer_cache in zip(self.blocks, cache, strict=True):
-            x, new_slot = block.step(x, index, layer_cache, padding_mask)
-            new_slots.append(new_slot)
-        return self.finish(x), tuple(new_slots)
+            x, written = block.step(x, index, layer_cache, padding_mask, write)
+            per_block.append(written)
+        return self.finish(x), tuple(per_block)
 
 
 @keras.saving.register_keras_serializable(package="mintransformer")
