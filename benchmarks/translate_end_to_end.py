@@ -128,12 +128,14 @@ def prepare_export(run: Path, engine: str) -> None:
         from mintransformer.export.onnx_graphs import export_run
 
         export_run(run, run / engine, int8=int8)
-    if engine.startswith("ct2") and not (run / engine / "model.bin").is_file():
+    if engine.startswith("ct2"):
         from mintransformer.interop import ct2_export, hf_export
 
+        # The text goes through R/hf's tokenizer, even where R/ct2 was converted elsewhere.
         if not (run / "hf" / "config.json").is_file():
             hf_export.export_run(run, run / "hf")
-        ct2_export.convert(run / "hf", run / engine, quantization="int8" if int8 else None)
+        if not (run / engine / "model.bin").is_file():
+            ct2_export.convert(run / "hf", run / engine, quantization="int8" if int8 else None)
 
 
 def score_passes(reports: list[dict], run: Path, ref: str | None) -> None:

@@ -522,3 +522,21 @@ def test_cold_start_times_each_engine_in_fresh_processes(tmp_path, trained_run):
         "import keras and its backend", "import the translator", "load the run",
         "first translation", "second translation"]  # fmt: skip
     assert all(seconds > 0 for seconds in stages.values())
+
+
+def test_end_to_end_writes_the_tokenizer_ctranslate2_reads_where_only_its_model_exists(
+    tmp_path, trained_run
+):
+    pytest.importorskip("ctranslate2", reason="the ct2 engine needs ctranslate2")
+    from benchmarks import translate_end_to_end
+    from mintransformer.interop import ct2_export
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for path in (trained_run.config_path, trained_run.tokenizer_path, trained_run.weights_path):
+        (run / path.name).write_bytes(path.read_bytes())
+    ct2_export.export_run(run)  # RUN/ct2, as `mintransformer export --format ct2` writes it
+    assert (run / "ct2" / "model.bin").is_file() and not (run / "hf").exists()
+    translate_end_to_end.prepare_export(run, "ct2")
+    translate = translate_end_to_end.open_ctranslate2(run, "ct2")
+    assert translate(["forty-one"], 1, 1, 0.0)[0]
