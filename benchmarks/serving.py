@@ -4,8 +4,12 @@
 
 For each server setting (keras, onnx or ct2 engine; batching on: up to 32 sentences per
 decode, `--max-wait-ms` wait, 5 by default; off: one request per decode) a server process
-is started on a free loopback port; its first requests of four shapes are each timed
-against the same request again (`first_requests`); then it is sent `--requests`
+is started on a free loopback port (the Keras engine on `$KERAS_BACKEND`, as this
+process, with `--compile-cache`: run it with KERAS_BACKEND=jax for serve's own
+choice); its first requests of four shapes, sent while it
+still compiles its bucket shapes in the background, are each timed against the same
+request again (`first_requests`); it is timed until it has compiled them all
+(`warm_up_s`); then it is sent `--requests`
 one-sentence greedy translate
 requests, spread over `--clients` concurrent clients (each sends its next request when the
 last is answered; a few lines of asyncio HTTP, `post_json`). Reported per run:
@@ -50,14 +54,26 @@ def free_port() -> int:
 
 
 def start_server(
-    path: Path, engine: str, batching: bool, max_wait_ms: float = 5.0, max_batch_size: int = 32
-) -> tuple[subprocess.Popen, str, float]:
-    """A server process, its URL, and the seconds it took to answer its health check."""
+    path: Path,
+    engine: str,
+    batching: bool,
+    max_wait_ms: float = 5.0,
+    max_batch_size: int = 32,
+    compile_cache: str | None = None,
+) -> tuple[subprocess.Popen, str, float, float]:
+    """A server process, its URL, the seconds it took to answer its health check, and
+    the moment it was started (`time.perf_counter()`)."""
     import httpx
 
     port = free_port()
     rows, wait = (max_batch_size, max_wait_ms) if batching else (1, 0)
     flags = ["--max-batch-size", str(rows), "--max-wait-ms", str(wait)]
+    if compile_cache:
+        flags += ["--compile-cache", compile_cache]
+    if engine == "keras":  # the backend of this process's offline figures
+        import keras
+
+        flags += ["--backend", keras.backend.backend()]
     command = [sys.executable, "-m", "mintransformer", "serve", "--run", str(path)]
     command += ["--engine", engine, "--port", str(port), "--warm-beams", "1", *flags]
     env = {**os.environ, "PYTHONPATH": str(SRC)}
@@ -69,9 +85,20 @@ def start_server(
             raise RuntimeError(process.stderr.read().decode())
         try:
             if httpx.get(url + "/api/health", timeout=2).status_code == 200:
-                return process, url, time.perf_counter() - began
+                return process, url, time.perf_counter() - began, began
         except httpx.HTTPError:
             time.sleep(0.5)
+
+
+def wait_warm(url: str, began: float) -> float:
+    """Seconds from `began` until the server says its warm-up has compiled every shape."""
+    import httpx
+
+    while True:
+        warm_up = httpx.get(url + "/api/health", timeout=10).json().get("warm_up")
+        if warm_up is None or warm_up["shapes_ready"] == warm_up["shapes"]:
+            return time.perf_counter() - began
+        time.sleep(0.2)
 
 
 async def post_json(
@@ -309,6 +336,9 @@ def main() -> None:
     parser.add_argument(
         "--short", type=int, default=32, help="shortest sentences timed alone (0: none)"
     )
+    parser.add_argument(
+        "--compile-cache", help="the servers' --compile-cache (default: serve's own)"
+    )
     parser.add_argument("--output", type=Path, help="also write the results as JSON")
     args = parser.parse_args()
 
@@ -321,7 +351,10 @@ def main() -> None:
     else:
         spec = read_task_config(args.run)["data"]
         texts = [source for source, _ in load_corpus(spec)["test"]][: args.requests]
-    results: dict = {"offline_batch32": {}, "runs": [], "short_alone": []}
+    import keras
+
+    results: dict = {"backend": keras.backend.backend(), "offline_batch32": {}, "runs": []}
+    results["short_alone"] = []
     if args.cli:
         results["cli_per_sentence"] = cli_baseline(args.run, texts[: args.cli])
         print(f"one CLI process per sentence: {json.dumps(results['cli_per_sentence'])}")
@@ -335,11 +368,12 @@ def main() -> None:
         results["offline_batch32"][engine] = ceilings
         print(f"{engine}: offline decoding at batch 32: {json.dumps(ceilings)}")
         for batching in (b == "on" for b in args.batching.split(",")):
-            process, url, startup = start_server(
-                path, engine, batching, args.max_wait_ms, args.max_batch_size
+            process, url, startup, began = start_server(
+                path, engine, batching, args.max_wait_ms, args.max_batch_size, args.compile_cache
             )
             try:
                 first = {"engine": engine, "batching": batching, **first_requests(url, texts)}
+                first["warm_up_s"] = round(wait_warm(url, began), 1)
                 results.setdefault("first_requests", []).append(first)
                 print(f"first requests after start-up: {json.dumps(first)}")
                 for clients in (int(c) for c in args.clients.split(",")):

@@ -7,7 +7,8 @@
 Each engine runs in a fresh process, one after the other:
 
 - "keras" and "keras-bf16": the run's weights in our layers, fp32 or bf16 mixed
-  precision, the search compiled with XLA on TensorFlow;
+  precision, the search compiled with XLA on TensorFlow; "keras-jax" and
+  "keras-jax-bf16": the same on JAX (`jax.jit`);
 - "onnx" and "onnx-int8": `R/onnx` and `R/onnx-int8` (exported here if missing) on
   onnxruntime, without Keras;
 - "ct2" and "ct2-int8": CTranslate2 on the run's Hugging Face export (`R/hf`, written
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -44,7 +46,8 @@ from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, format_table, machine, write_json
 
-ENGINES = ("keras", "keras-bf16", "onnx", "onnx-int8", "ct2", "ct2-int8")
+ENGINES = ("keras", "keras-bf16", "keras-jax", "keras-jax-bf16")
+ENGINES += ("onnx", "onnx-int8", "ct2", "ct2-int8")
 Translate = Callable[[list[str], int, int, float], list[str]]
 
 
@@ -52,7 +55,7 @@ def open_ours(run: Path, engine: str) -> Translate:
     from mintransformer.inference.translator import Translator
 
     if engine.startswith("keras"):
-        translator = Translator.from_run(run, mixed_precision=engine == "keras-bf16")
+        translator = Translator.from_run(run, mixed_precision=engine.endswith("bf16"))
     else:
         translator = Translator.from_run(run / engine, engine="onnx")
 
@@ -97,6 +100,10 @@ def measure(args: argparse.Namespace) -> dict:
     opener = open_ctranslate2 if args.engine.startswith("ct2") else open_ours
     translate = opener(run, args.engine)
     report = {"engine": args.engine, "startup_s": time.perf_counter() - started, "passes": []}
+    if args.engine.startswith("keras"):
+        import keras
+
+        report["backend"] = keras.backend.backend()
     sources = Path(args.src).read_text(encoding="utf-8").splitlines()[: args.limit or None]
     for beam in (int(b) for b in args.beams.split(",")):
         for batch in (int(b) for b in args.batches.split(",")):
@@ -177,7 +184,8 @@ def run_engines(args: argparse.Namespace) -> dict:
         prepare_export(Path(args.run), engine)
         command = [sys.executable, "-m", "benchmarks.translate_end_to_end", *args.argv]
         command += ["--child", "--engines", engine]
-        output = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+        env = {**os.environ, "KERAS_BACKEND": "jax"} if "jax" in engine else None
+        output = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False, env=env)
         lines = [line for line in output.stdout.splitlines() if line.startswith("{")]
         if output.returncode != 0 or not lines:
             raise SystemExit(f"{engine} failed (exit {output.returncode})")

@@ -348,9 +348,11 @@ def test_serving_benchmark_reports_each_server_setting_against_offline_and_the_c
     command = [sys.executable, "-m", "benchmarks.serving", "--run", str(trained_run.path)]
     command += ["--requests", "6", "--clients", "1,2", "--cli", "1", "--repeats", "2"]
     command += ["--short", "3", "--max-batch-size", "2", "--output", str(output)]
+    command += ["--compile-cache", str(tmp_path / "compiled")]
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
 
     report = json.loads(output.read_text())
+    assert report["backend"] in ("tensorflow", "jax", "torch")
     ceilings = report["offline_batch32"]["keras"]
     assert ceilings["length_sorted"] > 0 and ceilings["arrival_order"] > 0
     assert 0 < ceilings["arrival_of_sorted"] < 3
@@ -375,6 +377,7 @@ def test_serving_benchmark_reports_each_server_setting_against_offline_and_the_c
         assert all(ms > 0 for ms in row["first_ms"] + row["again_ms"])
         ratios = [f / a for f, a in zip(row["first_ms"], row["again_ms"], strict=True)]
         assert row["worst_first_over_again"] == pytest.approx(max(ratios), rel=0.05)
+        assert row["warm_up_s"] > 0
     alone = report["short_alone"]
     assert [row["batching"] for row in alone] == [True, False]
     for row in alone:
@@ -540,3 +543,21 @@ def test_end_to_end_writes_the_tokenizer_ctranslate2_reads_where_only_its_model_
     translate_end_to_end.prepare_export(run, "ct2")
     translate = translate_end_to_end.open_ctranslate2(run, "ct2")
     assert translate(["forty-one"], 1, 1, 0.0)[0]
+
+
+@pytest.mark.slow
+def test_end_to_end_runs_the_keras_engine_on_jax_with_the_same_translations(tmp_path, trained_run):
+    pytest.importorskip("jax", reason="the keras-jax engine needs JAX")
+    output = tmp_path / "end_to_end.json"
+    sources = tmp_path / "sources.txt"
+    sources.write_text("forty-one\nseven hundred and two\nnine\n", encoding="utf-8")
+    command = [sys.executable, "-m", "benchmarks.translate_end_to_end"]
+    command += ["--run", str(trained_run.path), "--src", str(sources), "--batches", "2"]
+    command += ["--beams", "1,2", "--engines", "keras,keras-jax", "--json", str(output)]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=600)
+
+    results = {r["engine"]: r for r in json.loads(output.read_text())["results"]}
+    assert set(results) == {"keras", "keras-jax"} and results["keras-jax"]["backend"] == "jax"
+    for entry in results["keras-jax"]["passes"]:
+        assert entry["sentences_per_s"] > 0
+        assert entry["same_as_keras"] == 3  # fp32: the same tokens on both backends

@@ -60,6 +60,7 @@ def translation_service(trained_run):
 def client(translation_service):
     """The translation app, warmed up once per session."""
     with make_client(translation_service) as test_client:
+        assert translation_service.warm_up.finished.wait(300), "the warm-up did not end"
         yield test_client
 
 
@@ -89,13 +90,14 @@ def free_port() -> int:
 class ServerProcess:
     """`mintransformer serve` as a subprocess on a free loopback port."""
 
-    def __init__(self, run: Path, *flags: str, log_path: Path):
+    def __init__(self, run: Path, *flags: str, log_path: Path, compile_cache: Path | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         command = [sys.executable, "-m", "mintransformer", "serve", "--run", str(run)]
         command += ["--port", str(self.port), "--max-batch-size", str(MAX_BATCH_SIZE), *flags]
+        command += ["--compile-cache", str(compile_cache or log_path.parent / "compiled")]
         self.log = log_path.open("w")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
@@ -111,6 +113,18 @@ class ServerProcess:
                     return
             time.sleep(0.3)
         raise TimeoutError(f"the server did not start in {timeout} s:\n{self.output()}")
+
+    def wait_warm(self, timeout: float = 300) -> dict:
+        """Waits until the background warm-up has compiled every shape; its status."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            warm_up = httpx.get(self.url + "/api/health", timeout=5).json()["warm_up"]
+            if warm_up["shapes_ready"] == warm_up["shapes"]:
+                return warm_up
+            time.sleep(0.3)
+        raise TimeoutError(f"the warm-up did not end in {timeout} s:\n{self.output()}")
 
     def output(self) -> str:
         if not self.log.closed:
@@ -142,6 +156,7 @@ def server(trained_run, tmp_path_factory):
     )
     try:
         process.wait_ready()
+        process.wait_warm()
         yield process
     finally:
         process.stop()

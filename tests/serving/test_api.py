@@ -43,8 +43,11 @@ def test_beam_n_best_is_ranked_and_its_first_is_translate_s(client, translator):
         assert result["n_best"][0]["translation"] == result["translation"]
 
 
-def test_health_info_page_and_openapi(client):
-    assert client.get("/api/health").json() == {"status": "ok", "task": "translation"}
+def test_health_info_page_and_openapi(client, translation_service):
+    health = client.get("/api/health").json()
+    assert health["status"] == "ok" and health["task"] == "translation"
+    assert health["warm_up"]["shapes"] == len(translation_service.buckets.shapes())
+    assert 0 <= health["warm_up"]["shapes_ready"] <= health["warm_up"]["shapes"]
     info = client.get("/api/info").json()
     assert info["task"] == "translation"
     assert info["sizes"]["num_layers"] == 1 and info["sizes"]["num_heads"] == 2

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -26,6 +28,16 @@ def test_buckets_cover_every_length_with_a_few_shapes():
     assert three.shape == (4, 8) and (three[3] == three[0]).all()  # a pad row repeats row 0
     assert buckets.batches([3, 20, 4, 9, 5], max_batch_size=2) == [[0, 2], [4, 3], [1]]
     assert buckets.batches([3, 20, 4], max_batch_size=6) == [[0, 2, 1]]  # one call
+    assert buckets.shape([[5, 6, 2], [7, 2]]) == (2, 8)
+    wide = buckets.pad([[5, 6, 2], [7, 2]], pad_id=0, width=24)
+    assert wide.shape == (2, 24) and (wide[:, :8] == padded).all() and not wide[:, 8:].any()
+
+
+def test_a_warm_up_compiles_the_widest_shape_of_every_row_count_first():
+    buckets = Buckets(positions=24, max_batch_size=4)
+    shapes = buckets.shapes()
+    assert shapes[:3] == [(1, 24), (2, 24), (4, 24)]  # then any batch fits a compiled shape
+    assert shapes[3:] == [(1, 8), (2, 8), (4, 8), (1, 16), (2, 16), (4, 16)]
 
 
 def test_width_buckets_pad_a_source_by_at_most_half():
@@ -117,9 +129,102 @@ def test_a_failing_batch_fails_its_requests_only():
         batcher.submit([1], key="good")
 
 
+def test_idle_work_runs_in_pieces_between_requests_and_stops_with_the_batcher():
+    decode = RecordingDecode()
+    pieces: list[int] = []
+    piece_running = threading.Event()
+
+    def idle() -> bool:  # ten pieces of 50 ms, then done
+        piece_running.set()
+        time.sleep(0.05)
+        pieces.append(len(decode.calls))
+        return len(pieces) < 10
+
+    batcher = Batcher(decode, max_batch_size=4, max_wait_ms=0)
+    batcher.start(idle=idle)
+    assert piece_running.wait(5)
+    began = time.monotonic()
+    assert batcher.submit([3], key="k").result(timeout=5) == [6]
+    # Served once the piece in progress ended, not after the ten.
+    assert time.monotonic() - began < 0.5 and len(pieces) < 10
+    deadline = time.monotonic() + 5
+    while len(pieces) < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(pieces) == 10 and pieces[-1] == 1  # the request ran between two pieces
+    time.sleep(0.1)
+    assert len(pieces) == 10  # not called again once it said it was done
+    batcher.stop()
+
+    endless = Batcher(decode, max_batch_size=4, max_wait_ms=0)
+    calls = []
+    endless.start(idle=lambda: calls.append(1) or time.sleep(0.01) or True)
+    time.sleep(0.05)
+    endless.stop()
+    stopped_at = len(calls)
+    time.sleep(0.05)
+    assert stopped_at > 0 and len(calls) == stopped_at
+
+
+def test_failing_idle_work_is_logged_and_dropped_and_requests_are_still_served(caplog):
+    decode = RecordingDecode()
+    batcher = Batcher(decode, max_batch_size=4, max_wait_ms=0)
+    batcher.start(idle=lambda: 1 / 0)
+    assert batcher.submit([2], key="k").result(timeout=5) == [4]
+    batcher.stop()
+    assert "background work failed" in caplog.text
+
+
+class FakeTranslator:
+    """What `TranslationService` calls, recording the shapes it compiles and decodes."""
+
+    max_source_length, max_output_length = 23, 10
+    tokenizer = SimpleNamespace(pad_id=0, end_id=2, vocab_size=50)
+
+    def __init__(self, shapes_allowed: threading.Semaphore):
+        self.shapes_allowed, self.warmed, self.decoded = shapes_allowed, [], []
+
+    def warm_up(self, ids, beam_size, shrink_to) -> None:
+        assert self.shapes_allowed.acquire(timeout=5)
+        self.warmed.append((beam_size, *ids.shape))
+
+    def translate_ids(self, ids, beam_size, alpha, n_best, shrink_to) -> list:
+        self.decoded.append((beam_size, *ids.shape))
+        return [[(f"{row[0]}", 0.0)] for row in ids]
+
+
+def test_a_request_during_the_warm_up_takes_a_wider_compiled_shape_over_a_compile():
+    from mintransformer.serving.limits import Limits
+    from mintransformer.serving.services import TranslationService
+
+    shapes_allowed = threading.Semaphore(1)  # the warm-up waits after its first shape
+    translator = FakeTranslator(shapes_allowed)
+    service = TranslationService(
+        translator, "run", "keras", {}, Limits(), max_batch_size=2, max_wait_ms=0
+    )
+    service.start(warm_beams=(1,))
+    deadline = time.monotonic() + 5
+    while service.warm_status()["shapes_ready"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert translator.warmed[0] == (1, 1, 24)  # the widest bucket first
+    assert service.warm_status()["shapes"] == 6 and not service.warm_up.finished.is_set()
+    # A one-row, 3-token source: its own shape (1, 8) is not compiled yet, (1, 24) is.
+    assert service.decode((1, 0.6, 1), [[5, 6, 2]]) == [[("5", 0.0)]]
+    assert translator.decoded[-1] == (1, 1, 24)
+    # A beam size the warm-up does not compile: its own shape, compiled on first use.
+    service.decode((4, 0.6, 1), [[5, 6, 2]])
+    assert translator.decoded[-1] == (4, 1, 8)
+    shapes_allowed.release(5)
+    assert service.warm_up.finished.wait(5)
+    assert service.warm_status() == {"shapes_ready": 6, "shapes": 6}
+    service.decode((1, 0.6, 1), [[5, 6, 2]])
+    assert translator.decoded[-1] == (1, 1, 8)  # warmed now: its own, tightest shape
+    service.stop()
+
+
 def test_concurrent_api_requests_are_decoded_in_few_calls_and_few_shapes(
     client, translation_service
 ):
+    assert translation_service.warm_up.finished.wait(300)
     stats = translation_service.batcher.stats
     calls_before, shapes_warmed = stats.calls, set(translation_service.shapes_run)
     texts = ["one", "twelve", "three hundred and forty-five", "nine", "sixty", "two"]

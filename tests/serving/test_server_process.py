@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import threading
 import time
 
@@ -102,53 +103,81 @@ def test_warm_beams_are_checked_against_max_beam_before_the_model_loads():
         limits_from(parse("--warm-beams", "1,32"))
 
 
-def test_a_port_in_use_or_a_bad_host_is_refused_before_the_model_loads(tmp_path, capsys):
+def test_a_port_in_use_or_a_bad_host_is_refused_before_the_model_loads(
+    tmp_path, capsys, monkeypatch
+):
     import socket
 
     from mintransformer.cli import main
 
+    for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):
+        monkeypatch.delenv(name, raising=False)  # restored after: `serve` sets them
     missing_run = tmp_path / "no-run"  # loading it would fail: the address is checked first
+    serve = ["serve", "--run", str(missing_run), "--compile-cache", str(tmp_path / "compiled")]
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert main(["serve", "--run", str(missing_run), "--port", str(port)]) == 2
+        assert main([*serve, "--port", str(port)]) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
-    assert main(["serve", "--run", str(missing_run), "--host", "999.1.1.1"]) == 2
+    assert main([*serve, "--host", "999.1.1.1"]) == 2
     assert "--host 999.1.1.1: no such address" in capsys.readouterr().err
 
 
-def test_ctrl_c_during_the_warm_up_stops_the_server_at_once(trained_run, tmp_path):
+def test_ctrl_c_during_the_background_warm_up_stops_the_server_at_once(trained_run, tmp_path):
     # Every beam size up to 8: a warm-up of many compiles, interrupted early.
     warm = ",".join(str(size) for size in range(1, 9))
     server = ServerProcess(trained_run.path, "--warm-beams", warm, log_path=tmp_path / "log")
     try:
-        deadline = time.monotonic() + 120
-        while "warming up" not in server.output() and time.monotonic() < deadline:
-            assert server.process.poll() is None, server.output()
-            time.sleep(0.2)
+        server.wait_ready()
+        health = httpx.get(server.url + "/api/health").json()
+        assert health["warm_up"]["shapes_ready"] < health["warm_up"]["shapes"]
         server.process.send_signal(signal.SIGINT)
         began = time.monotonic()
         code = server.process.wait(timeout=60)
+        # It stops once the compile in progress ends, not after the warm-up.
         assert time.monotonic() - began < 20, server.output()
-        assert code == 130 and "warmed up" not in server.output(), server.output()
+        assert code == 0 and "warmed up" not in server.output(), server.output()
+        assert "stopped" in server.output()
     finally:
         server.stop()
 
 
-def test_ctrl_c_in_a_warm_up_is_held_until_the_compile_in_progress_ends():
-    from mintransformer.serving.app import DeferredInterrupt
+def test_a_restarted_server_loads_the_programs_it_compiled(trained_run, tmp_path):
+    pytest.importorskip("jax", reason="the compiled programs kept are JAX's")
+    cache = tmp_path / "compiled"
+    logs = []
+    for start in range(2):
+        server = ServerProcess(
+            trained_run.path, "--warm-beams", "1", "--backend", "jax",
+            log_path=tmp_path / f"log{start}", compile_cache=cache,
+        )  # fmt: skip
+        try:
+            server.wait_ready()
+            server.wait_warm()
+            answer = httpx.post(server.url + "/api/translate", json={"texts": ["seven"]})
+            assert answer.status_code == 200 and answer.json()["results"][0]["translation"]
+        finally:
+            assert server.stop() == 0
+        logs.append(server.output())
+        if start == 0:
+            kept = {path.name for path in cache.glob("*/*")}
+    assert kept, logs[0]
+    assert "compiled programs kept in" in logs[1] and f"({len(kept)} programs" in logs[1]
+    assert {path.name for path in cache.glob("*/*")} == kept  # none compiled anew
 
-    before = signal.getsignal(signal.SIGINT)
-    with DeferredInterrupt() as interrupt:
-        interrupt.check()  # nothing pending
-        signal.raise_signal(signal.SIGINT)  # as if inside a compile: nothing raised here
-        assert interrupt.pending
-        with pytest.raises(KeyboardInterrupt):
-            interrupt.check()
-        with pytest.raises(KeyboardInterrupt):
-            signal.raise_signal(signal.SIGINT)  # a second Ctrl-C: at once
-    assert signal.getsignal(signal.SIGINT) is before
+
+def test_serve_runs_on_jax_unless_told_otherwise(monkeypatch):
+    from mintransformer.serving import options
+
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    assert options.serving_backend("torch") == "torch"
+    monkeypatch.delitem(sys.modules, "keras")  # as before Keras starts
+    assert options.serving_backend(None) == "jax"
+    monkeypatch.setattr(options.importlib.util, "find_spec", lambda name: None)
+    assert options.serving_backend(None) is None  # no JAX: Keras' own choice
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+    assert options.serving_backend(None) is None
 
 
 CLIENTS = 32

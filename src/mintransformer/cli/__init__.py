@@ -382,9 +382,11 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from mintransformer.backend.compile_cache import keep_compiled_programs
     from mintransformer.backend.distribution import request_host_devices
     from mintransformer.backend.selection import select_backend
     from mintransformer.core.errors import USER_ERRORS
+    from mintransformer.serving.options import serving_backend
 
     warnings.formatwarning = _format_warning
     args = parse_args(argv)
@@ -393,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "distribute", None):
             request_host_devices(args.devices)
         if resolve_engine_flag(args) == "keras":
+            if hasattr(args, "compile_cache"):  # serve
+                args.backend = serving_backend(args.backend)
+                keep_compiled_programs(args.compile_cache)
             select_backend(args.backend, args.verbose)
         args.run_command(args)
     except USER_ERRORS as err:

@@ -2,8 +2,9 @@
 
 `create_app(service, ...)` builds the FastAPI app around a loaded service
 (`services.load_service`); `serve(args)` is `mintransformer serve`: it loads the
-run, warms it, and runs uvicorn until SIGTERM or Ctrl-C, which finish the requests
-in flight, refuse new connections, and exit 0.
+run and runs uvicorn, while the model compiles its shapes in the background, until
+SIGTERM or Ctrl-C, which finish the requests in flight, refuse new connections, and
+exit 0.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import errno
 import ipaddress
 import json
 import logging
+import os
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable
+import sys
+from collections.abc import AsyncIterator
 from importlib import resources
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
+from mintransformer.backend.compile_cache import cache_summary
 from mintransformer.serving import schemas
 from mintransformer.serving.guard import RequestGuard
 from mintransformer.serving.limits import Limits, RequestError
@@ -82,8 +86,9 @@ def create_app(
 
     @app.get("/api/health", response_model=schemas.Health, tags=["server"])
     async def health():
-        """Whether the server is up, and its task."""
-        return {"status": "ok", "task": service.task}
+        """Whether the server is up, its task, and how far its background warm-up is
+        (translation: the bucket shapes compiled, of those it compiles)."""
+        return {"status": "ok", "task": service.task, "warm_up": service.warm_status()}
 
     @app.get("/api/info", tags=["server"])
     async def info():
@@ -185,44 +190,16 @@ async def _collect(events: AsyncIterator[dict]) -> list[dict]:
     return [event async for event in events]
 
 
-def start_service(
-    service: Service, warm_beams: tuple[int, ...], between: Callable[[], None] = lambda: None
-) -> None:
-    """Compiles what requests will run (`warm_beams` for translation; `between` is called
-    after each compile) and starts the service's background work, logging how long it took."""
-    log.info("warming up (%s)", _warm_summary(service, warm_beams))
+def start_service(service: Service, warm_beams: tuple[int, ...]) -> None:
+    """Starts the service's background work: for translation, compiling every bucket
+    shape for `warm_beams` while no request waits (logged as each beam size is ready);
+    other tasks compile their one shape here, logging how long it took."""
     if service.task == "translation":
-        seconds = service.start(warm_beams, between)
+        log.info("warming up in the background (%s)", _warm_summary(service, warm_beams))
+        service.start(warm_beams)
     else:
-        seconds = service.start()
-    log.info("warmed up in %.1f s", seconds)
-
-
-class DeferredInterrupt:
-    """Within `with`, Ctrl-C (SIGINT) is held until `check()`, which raises it as
-    KeyboardInterrupt; a second Ctrl-C raises at once.
-
-    A KeyboardInterrupt raised inside TensorFlow's tracing can leave its state broken (an
-    error of its own, or a lock that is never released), so a warm-up stops between two
-    compiles instead. Main thread only, as Python's signal handlers are.
-    """
-
-    def __enter__(self) -> DeferredInterrupt:
-        self.pending = False
-        self._previous = signal.signal(signal.SIGINT, self._hold)
-        return self
-
-    def _hold(self, number, frame) -> None:
-        if self.pending:
-            raise KeyboardInterrupt
-        self.pending = True
-
-    def check(self) -> None:
-        if self.pending:
-            raise KeyboardInterrupt
-
-    def __exit__(self, *exc_info) -> None:
-        signal.signal(signal.SIGINT, self._previous)
+        log.info("warming up (%s)", service.task)
+        log.info("warmed up in %.1f s", service.start())
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -253,6 +230,19 @@ def listening_socket(host: str, port: int) -> socket.socket:
         ) from None
     listener.set_inheritable(True)
     return listener
+
+
+def _log_compile_cache() -> None:
+    """Where compiled programs are kept, and how many there are (JAX only)."""
+    if "keras" not in sys.modules:  # an export engine: nothing compiled
+        return
+    import keras
+
+    folder = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if keras.backend.backend() != "jax":
+        log.info("compiled programs are not kept between starts on %s", keras.backend.backend())
+    elif folder:
+        log.info("compiled programs kept in %s", cache_summary(folder))
 
 
 def _warm_summary(service: Service, warm_beams: tuple[int, ...]) -> str:
@@ -336,11 +326,12 @@ def is_loopback(host: str) -> bool:
 
 
 def serve(args) -> None:
-    """`mintransformer serve`: loads `args.run`, warms it up, serves until SIGTERM.
+    """`mintransformer serve`: loads `args.run` and serves it until SIGTERM or Ctrl-C.
 
-    The address is bound first and the model warmed up before uvicorn starts, so a
-    taken port is an error at once, and Ctrl-C or SIGTERM during the warm-up stop the
-    process at once (uvicorn would only see them after its start-up).
+    The address is bound before the model loads, so a taken port is an error at once.
+    Requests are answered as soon as the model is loaded; translation compiles its
+    bucket shapes in the background meanwhile (`start_service`), with the programs
+    kept in `--compile-cache` (set up before Keras starts) for the next start.
     """
     import uvicorn
 
@@ -353,9 +344,8 @@ def serve(args) -> None:
     service = load_service(args.run, args.engine, limits, args.max_batch_size, args.max_wait_ms)
     loopback = is_loopback(args.host)
     app = create_app(service, tuple(args.cors), loopback, args.warm_beams, started=True)
-    with DeferredInterrupt() as interrupt:
-        start_service(service, args.warm_beams, interrupt.check)
-        interrupt.check()
+    _log_compile_cache()
+    start_service(service, args.warm_beams)
     if loopback:
         log.info(
             "listening on %s only: this machine can connect, others cannot "

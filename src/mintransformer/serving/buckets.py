@@ -61,13 +61,24 @@ class Buckets:
         self.rows = doubling_sizes(max_batch_size)
 
     def shapes(self) -> list[tuple[int, int]]:
-        """Every `(rows, width)` a batch can have: what warming up compiles."""
-        return [(rows, width) for width in self.widths for rows in self.rows]
+        """Every `(rows, width)` a batch can have, in the order a warm-up compiles them:
+        the widest at each row count first, since a batch fits any wider bucket (its
+        padding is masked), then the rest from the narrowest, where most sentences are."""
+        widest = [(rows, self.widths[-1]) for rows in self.rows]
+        narrower = [(rows, width) for width in self.widths[:-1] for rows in self.rows]
+        return widest + narrower
 
-    def pad(self, sources: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
-        """`sources` (at most the largest row count) as int32 `(rows, width)` buckets."""
-        rows = bucket(len(sources), self.rows)
-        width = bucket(max(len(s) for s in sources), self.widths)
+    def shape(self, sources: Sequence[Sequence[int]]) -> tuple[int, int]:
+        """The `(rows, width)` bucket that holds `sources` most tightly."""
+        return bucket(len(sources), self.rows), bucket(max(len(s) for s in sources), self.widths)
+
+    def pad(
+        self, sources: Sequence[Sequence[int]], pad_id: int, width: int | None = None
+    ) -> np.ndarray:
+        """`sources` (at most the largest row count) as int32 `(rows, width)` buckets
+        (`width`: a wider bucket than theirs)."""
+        rows, tightest = self.shape(sources)
+        width = width or tightest
         batch = np.full((rows, width), pad_id, "int32")
         for row in range(rows):
             source = sources[row] if row < len(sources) else sources[0]

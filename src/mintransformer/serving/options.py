@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
+import os
+import sys
 from pathlib import Path
 
 from mintransformer.inference.engines import ENGINE_CHOICES
@@ -55,8 +58,16 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
         "--warm-beams",
         type=warm_beam_sizes,
         default="1,4",
-        help="beam sizes compiled for every bucket at start-up (comma-separated; 1 = greedy; "
-        '"": none), each at most --max-beam',
+        help="beam sizes compiled for every bucket after start-up, while no request waits "
+        '(comma-separated; 1 = greedy; "": none), each at most --max-beam',
+    )
+    batching.add_argument(
+        "--compile-cache",
+        default=None,
+        metavar="DIR|off",
+        help="folder where the Keras engine on JAX (serve's backend where installed, unless "
+        "--backend or KERAS_BACKEND says otherwise) keeps the programs it compiles, so that "
+        "a restart loads them (default ~/.cache/mintransformer/compiled; off: keep none)",
     )
     limits = parser.add_argument_group("limits of one request")
     defaults = Limits()
@@ -78,6 +89,15 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="seconds SIGTERM waits for requests in flight",
     )
+
+
+def serving_backend(backend: str | None) -> str | None:
+    """The Keras backend `serve` runs on: `--backend`, else `$KERAS_BACKEND`, else JAX
+    where it is installed, since a restart then loads the programs it compiled
+    (`backend.compile_cache`); else (or once Keras runs in this process) Keras' choice."""
+    if backend or os.environ.get("KERAS_BACKEND") or "keras" in sys.modules:
+        return backend
+    return "jax" if importlib.util.find_spec("jax") else None
 
 
 def limits_from(args: argparse.Namespace) -> Limits:

@@ -102,9 +102,17 @@ class GenerateResponse(BaseModel):
     tokens: list[str] = Field(description="The text each generated token added.")
 
 
+class WarmUp(BaseModel):
+    """The bucket shapes compiled so far in the background, of those to compile."""
+
+    shapes_ready: int
+    shapes: int
+
+
 class Health(BaseModel):
     status: str
     task: str
+    warm_up: WarmUp | None = None
 
 
 class Problem(BaseModel):

@@ -61,6 +61,11 @@ class Service:
     def stop(self) -> None:
         """Finishes queued work."""
 
+    def warm_status(self) -> dict | None:
+        """How far compiling in the background is (None: this service compiles nothing
+        after start-up)."""
+        return None
+
     def info(self) -> dict:
         return {
             "task": self.task,
@@ -77,6 +82,50 @@ class Service:
         return {name: self.config[name] for name in names if name in self.config}
 
 
+class WarmUp:
+    """How far a server's warm-up is: the `(beam_size, rows, width)` shapes to compile,
+    in order, and those done; logs each beam size's completion and the end."""
+
+    def __init__(self, shapes: list[tuple[int, int, int]]):
+        self.shapes = shapes
+        self.done = 0
+        self.began = time.perf_counter()
+        self.finished = threading.Event()
+
+    def next_shape(self) -> tuple[int, int, int]:
+        return self.shapes[self.done]
+
+    def pending(self, shape: tuple[int, int, int]) -> bool:
+        """Whether `shape` is still to be compiled by this warm-up."""
+        return shape in self.shapes[self.done :]
+
+    def shape_done(self) -> bool:
+        """Counts the shape `next_shape` gave as compiled; whether any remain."""
+        beam_size = self.shapes[self.done][0]
+        self.done += 1
+        remaining = self.done < len(self.shapes)
+        if not remaining or self.shapes[self.done][0] != beam_size:
+            search = "greedy" if beam_size == 1 else f"beam {beam_size}"
+            shapes = sum(shape[0] == beam_size for shape in self.shapes)
+            log.info(
+                "ready: %s at every bucket shape (%d), %.1f s into the warm-up",
+                search, shapes, self.seconds(),
+            )  # fmt: skip
+        if not remaining:
+            self.finish()
+        return remaining
+
+    def finish(self) -> None:
+        log.info("warmed up in %.1f s (%d shapes)", self.seconds(), len(self.shapes))
+        self.finished.set()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.began
+
+    def status(self) -> dict:
+        return {"shapes_ready": self.done, "shapes": len(self.shapes)}
+
+
 class TranslationService(Service):
     """Translations, batched across requests by a `Batcher`, in bucketed shapes."""
 
@@ -88,7 +137,9 @@ class TranslationService(Service):
         self.max_batch_size = max_batch_size
         self.buckets = Buckets(translator.max_source_length + 1, max_batch_size)
         self.batcher = Batcher(self.decode, max_batch_size, max_wait_ms)
-        self.shapes_run: set[tuple] = set()
+        self.shapes_run: set[tuple] = set()  # (beam_size, rows, width) decoded or warmed
+        self.compiled: set[tuple] = set()  # those of them finished
+        self.warm_up = WarmUp([])
 
     def sizes(self) -> dict:
         sizes = super().sizes()
@@ -111,22 +162,30 @@ class TranslationService(Service):
         }
         return info
 
-    def start(
-        self, warm_beams: tuple[int, ...] = (1,), between: Callable[[], None] = lambda: None
-    ) -> float:
-        """Compiles every bucket shape for greedy decoding (and each beam size of
-        `warm_beams` above 1), calling `between` after each, then starts the batcher;
-        returns the seconds it took."""
-        began = time.perf_counter()
-        for beam_size in warm_beams:
-            for rows, width in self.buckets.shapes():
-                ids = np.full((rows, width), self.translator.tokenizer.pad_id, "int32")
-                ids[:, 0] = self.translator.tokenizer.end_id
-                self.shapes_run.add((beam_size, rows, width))
-                self.translator.warm_up(ids, beam_size, self.buckets.rows)
-                between()
-        self.batcher.start()
-        return time.perf_counter() - began
+    def warm_status(self) -> dict:
+        return self.warm_up.status()
+
+    def start(self, warm_beams: tuple[int, ...] = (1,)) -> None:
+        """Starts the batcher, which compiles every bucket shape for greedy decoding (and
+        each beam size of `warm_beams` above 1) one at a time while no request waits.
+
+        Requests are answered from the start: one whose shape is not compiled yet
+        compiles it (seconds), then runs. `warm_up` says how far the warm-up is."""
+        shapes = [(beam, *shape) for beam in warm_beams for shape in self.buckets.shapes()]
+        self.warm_up = WarmUp(shapes)
+        self.batcher.start(idle=self._warm_next if shapes else None)
+        if not shapes:
+            self.warm_up.finish()
+
+    def _warm_next(self) -> bool:
+        """Compiles the next shape of the warm-up (the batcher's idle work)."""
+        beam_size, rows, width = self.warm_up.next_shape()
+        ids = np.full((rows, width), self.translator.tokenizer.pad_id, "int32")
+        ids[:, 0] = self.translator.tokenizer.end_id
+        self.shapes_run.add((beam_size, rows, width))
+        self.translator.warm_up(ids, beam_size, self.buckets.rows)
+        self.compiled.add((beam_size, rows, width))
+        return self.warm_up.shape_done()
 
     def stop(self) -> None:
         self.batcher.stop()
@@ -134,7 +193,17 @@ class TranslationService(Service):
     def _run(self, ids: np.ndarray, key: tuple) -> list:
         beam_size, alpha, n_best = key
         self.shapes_run.add((beam_size, *ids.shape))
-        return self.translator.translate_ids(ids, beam_size, alpha, n_best, self.buckets.rows)
+        results = self.translator.translate_ids(ids, beam_size, alpha, n_best, self.buckets.rows)
+        self.compiled.add((beam_size, *ids.shape))
+        return results
+
+    def _width(self, beam_size: int, rows: int, width: int) -> int:
+        """`width`, or while the warm-up has yet to compile its shape, the narrowest
+        wider bucket of this row count compiled: padding costs less than a compile."""
+        if not self.warm_up.pending((beam_size, rows, width)):
+            return width
+        compiled = [w for b, r, w in self.compiled if (b, r) == (beam_size, rows) and w > width]
+        return min(compiled, default=width)
 
     def decode(self, key: tuple, sources: list[list[int]]) -> list:
         """The batcher's call: `encode_sources` ids, decoded with settings `key`
@@ -143,7 +212,9 @@ class TranslationService(Service):
         results: list = [None] * len(sources)
         pad_id = self.translator.tokenizer.pad_id
         for batch in self.buckets.batches([len(s) for s in sources], self.max_batch_size):
-            outputs = self._run(self.buckets.pad([sources[i] for i in batch], pad_id), key)
+            batch_sources = [sources[i] for i in batch]
+            width = self._width(key[0], *self.buckets.shape(batch_sources))
+            outputs = self._run(self.buckets.pad(batch_sources, pad_id, width), key)
             for index, output in zip(batch, outputs, strict=False):
                 results[index] = output
         return results
