@@ -61,7 +61,7 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
         help="beam sizes compiled for every bucket after start-up, while no request waits "
         '(comma-separated; 1 = greedy; "": none), each at most --max-beam',
     )
-    batching.add_argument(
+    parser.add_argument(
         "--compile-cache",
         default=None,
         metavar="DIR|off",
