@@ -137,8 +137,8 @@ class TranslationService(Service):
         self.max_batch_size = max_batch_size
         self.buckets = Buckets(translator.max_source_length + 1, max_batch_size)
         self.batcher = Batcher(self.decode, max_batch_size, max_wait_ms)
-        self.shapes_run: set[tuple] = set()  # (beam_size, rows, width) decoded or warmed
-        self.compiled: set[tuple] = set()  # those of them finished
+        # (beam_size, rows, width) decoded or warmed, on the batcher's one worker thread.
+        self.shapes_run: set[tuple] = set()
         self.warm_up = WarmUp([])
 
     def sizes(self) -> dict:
@@ -184,7 +184,6 @@ class TranslationService(Service):
         ids[:, 0] = self.translator.tokenizer.end_id
         self.shapes_run.add((beam_size, rows, width))
         self.translator.warm_up(ids, beam_size, self.buckets.rows)
-        self.compiled.add((beam_size, rows, width))
         return self.warm_up.shape_done()
 
     def stop(self) -> None:
@@ -193,17 +192,15 @@ class TranslationService(Service):
     def _run(self, ids: np.ndarray, key: tuple) -> list:
         beam_size, alpha, n_best = key
         self.shapes_run.add((beam_size, *ids.shape))
-        results = self.translator.translate_ids(ids, beam_size, alpha, n_best, self.buckets.rows)
-        self.compiled.add((beam_size, *ids.shape))
-        return results
+        return self.translator.translate_ids(ids, beam_size, alpha, n_best, self.buckets.rows)
 
     def _width(self, beam_size: int, rows: int, width: int) -> int:
         """`width`, or while the warm-up has yet to compile its shape, the narrowest
         wider bucket of this row count compiled: padding costs less than a compile."""
         if not self.warm_up.pending((beam_size, rows, width)):
             return width
-        compiled = [w for b, r, w in self.compiled if (b, r) == (beam_size, rows) and w > width]
-        return min(compiled, default=width)
+        run = [w for b, r, w in self.shapes_run if (b, r) == (beam_size, rows) and w > width]
+        return min(run, default=width)
 
     def decode(self, key: tuple, sources: list[list[int]]) -> list:
         """The batcher's call: `encode_sources` ids, decoded with settings `key`
