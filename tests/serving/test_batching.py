@@ -29,8 +29,9 @@ def test_buckets_cover_every_length_with_a_few_shapes():
     assert buckets.batches([3, 20, 4, 9, 5], max_batch_size=2) == [[0, 2], [4, 3], [1]]
     assert buckets.batches([3, 20, 4], max_batch_size=6) == [[0, 2, 1]]  # one call
     assert buckets.shape([[5, 6, 2], [7, 2]]) == (2, 8)
-    wide = buckets.pad([[5, 6, 2], [7, 2]], pad_id=0, width=24)
-    assert wide.shape == (2, 24) and (wide[:, :8] == padded).all() and not wide[:, 8:].any()
+    wide = buckets.pad([[5, 6, 2], [7, 2]], pad_id=0, shape=(4, 24))
+    assert wide.shape == (4, 24) and (wide[:2, :8] == padded).all() and not wide[:, 8:].any()
+    assert (wide[2:, :8] == padded[0]).all()  # pad rows repeat row 0
 
 
 def test_a_warm_up_compiles_the_widest_shape_of_every_row_count_first():
@@ -129,51 +130,6 @@ def test_a_failing_batch_fails_its_requests_only():
         batcher.submit([1], key="good")
 
 
-def test_idle_work_runs_in_pieces_between_requests_and_stops_with_the_batcher():
-    decode = RecordingDecode()
-    pieces: list[int] = []
-    piece_running = threading.Event()
-
-    def idle() -> bool:  # ten pieces of 50 ms, then done
-        piece_running.set()
-        time.sleep(0.05)
-        pieces.append(len(decode.calls))
-        return len(pieces) < 10
-
-    batcher = Batcher(decode, max_batch_size=4, max_wait_ms=0)
-    batcher.start(idle=idle)
-    assert piece_running.wait(5)
-    began = time.monotonic()
-    assert batcher.submit([3], key="k").result(timeout=5) == [6]
-    # Served once the piece in progress ended, not after the ten.
-    assert time.monotonic() - began < 0.5 and len(pieces) < 10
-    deadline = time.monotonic() + 5
-    while len(pieces) < 10 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert len(pieces) == 10 and pieces[-1] == 1  # the request ran between two pieces
-    time.sleep(0.1)
-    assert len(pieces) == 10  # not called again once it said it was done
-    batcher.stop()
-
-    endless = Batcher(decode, max_batch_size=4, max_wait_ms=0)
-    calls = []
-    endless.start(idle=lambda: calls.append(1) or time.sleep(0.01) or True)
-    time.sleep(0.05)
-    endless.stop()
-    stopped_at = len(calls)
-    time.sleep(0.05)
-    assert stopped_at > 0 and len(calls) == stopped_at
-
-
-def test_failing_idle_work_is_logged_and_dropped_and_requests_are_still_served(caplog):
-    decode = RecordingDecode()
-    batcher = Batcher(decode, max_batch_size=4, max_wait_ms=0)
-    batcher.start(idle=lambda: 1 / 0)
-    assert batcher.submit([2], key="k").result(timeout=5) == [4]
-    batcher.stop()
-    assert "background work failed" in caplog.text
-
-
 class FakeTranslator:
     """What `TranslationService` calls, recording the shapes it compiles and decodes."""
 
@@ -192,23 +148,44 @@ class FakeTranslator:
         return [[(f"{row[0]}", 0.0)] for row in ids]
 
 
-def test_a_request_during_the_warm_up_takes_a_wider_compiled_shape_over_a_compile():
+def fake_service(shapes_allowed: threading.Semaphore):
     from mintransformer.serving.limits import Limits
     from mintransformer.serving.services import TranslationService
 
-    shapes_allowed = threading.Semaphore(1)  # the warm-up waits after its first shape
     translator = FakeTranslator(shapes_allowed)
     service = TranslationService(
         translator, "run", "keras", {}, Limits(), max_batch_size=2, max_wait_ms=0
     )
-    service.start(warm_beams=(1,))
-    deadline = time.monotonic() + 5
-    while service.warm_status()["shapes_ready"] < 1 and time.monotonic() < deadline:
+    return service, translator
+
+
+def wait_for(condition, seconds: float = 5) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert translator.warmed[0] == (1, 1, 24)  # the widest bucket first
+    return condition()
+
+
+def test_a_request_during_the_warm_up_takes_a_larger_compiled_shape_over_a_compile():
+    shapes_allowed = threading.Semaphore(0)  # the warm-up waits before its first shape
+    service, translator = fake_service(shapes_allowed)
+    service.start(warm_beams=(1,))
     assert service.warm_status()["shapes"] == 6 and not service.warm_up.finished.is_set()
-    # A one-row, 3-token source: its own shape (1, 8) is not compiled yet, (1, 24) is.
+    # Nothing compiled: two rows of 3 tokens compile their own shape.
+    assert service.decode((1, 0.6, 1), [[5, 6, 2], [7, 2]]) == [[("5", 0.0)], [("7", 0.0)]]
+    assert translator.decoded[-1] == (1, 2, 8)
+    # One row of 3 tokens: (1, 8) is not compiled, (2, 8) holds it (a pad row, dropped).
     assert service.decode((1, 0.6, 1), [[5, 6, 2]]) == [[("5", 0.0)]]
+    assert translator.decoded[-1] == (1, 2, 8)
+    shapes_allowed.release(2)
+    assert wait_for(lambda: service.warm_status()["shapes_ready"] == 2)
+    assert translator.warmed == [(1, 1, 24), (1, 2, 24)]  # the widest, fewest rows first
+    # Two rows of 12 tokens: (2, 16) is not compiled yet, (2, 24) is.
+    assert service.decode((1, 0.6, 1), [[5] * 11 + [2], [7] * 12]) == [[("5", 0.0)], [("7", 0.0)]]
+    assert translator.decoded[-1] == (1, 2, 24)
+    # One row of 12 tokens: (1, 16) is not compiled; of those that hold it, (1, 24) has
+    # the fewest rows.
+    assert service.decode((1, 0.6, 1), [[5] * 11 + [2]]) == [[("5", 0.0)]]
     assert translator.decoded[-1] == (1, 1, 24)
     # A beam size the warm-up does not compile: its own shape, compiled on first use.
     service.decode((4, 0.6, 1), [[5, 6, 2]])
@@ -216,8 +193,55 @@ def test_a_request_during_the_warm_up_takes_a_wider_compiled_shape_over_a_compil
     shapes_allowed.release(5)
     assert service.warm_up.finished.wait(5)
     assert service.warm_status() == {"shapes_ready": 6, "shapes": 6}
-    service.decode((1, 0.6, 1), [[5, 6, 2]])
-    assert translator.decoded[-1] == (1, 1, 8)  # warmed now: its own, tightest shape
+    service.decode((1, 0.6, 1), [[5] * 11 + [2]])
+    assert translator.decoded[-1] == (1, 1, 16)  # warmed now: its own, tightest shape
+    service.stop()
+
+
+def test_requests_are_decoded_while_the_warm_up_compiles_on_its_own_thread():
+    shapes_allowed = threading.Semaphore(1)  # the second shape's compile waits
+    service, translator = fake_service(shapes_allowed)
+    service.start(warm_beams=(1,))
+    assert wait_for(lambda: service.warm_status()["shapes_ready"] == 1)
+    # A compile is in progress (blocked); the batcher's thread answers regardless.
+    for _ in range(3):
+        answer = service.batcher.submit([[5, 6, 2]], (1, 0.6, 1)).result(timeout=2)
+        assert answer == [[("5", 0.0)]]
+    assert service.warm_status()["shapes_ready"] == 1 and not service.warm_up.finished.is_set()
+    shapes_allowed.release(5)
+    assert service.warm_up.finished.wait(5)
+    assert translator.warmed == [(1, *shape) for shape in service.buckets.shapes()]
+    service.stop()
+
+
+def test_stopping_during_the_warm_up_waits_for_the_shape_in_progress_only(caplog):
+    shapes_allowed = threading.Semaphore(1)
+    service, translator = fake_service(shapes_allowed)
+    service.start(warm_beams=(1,))
+    assert wait_for(lambda: service.warm_status()["shapes_ready"] == 1)
+    stopper = threading.Thread(target=service.stop)
+    stopper.start()
+    time.sleep(0.05)
+    assert stopper.is_alive()  # the compile in progress is not interrupted
+    shapes_allowed.release(5)
+    stopper.join(5)
+    assert not stopper.is_alive()
+    assert len(translator.warmed) == 2 and service.warm_status()["shapes_ready"] == 2
+    assert not service.warm_up.finished.is_set() and "warmed up" not in caplog.text
+
+
+def test_a_failing_warm_up_is_logged_and_requests_still_compile_their_own_shapes(caplog):
+    service, translator = fake_service(threading.Semaphore(1))
+
+    def broken(ids, beam_size, shrink_to):
+        raise RuntimeError("no compiler")
+
+    translator.warm_up = broken
+    service.start(warm_beams=(1,))
+    assert wait_for(lambda: "the warm-up failed" in caplog.text)
+    answer = service.batcher.submit([[5, 6, 2]], (1, 0.6, 1)).result(timeout=2)
+    assert answer == [[("5", 0.0)]] and translator.decoded[-1] == (1, 1, 8)
+    assert service.warm_status() == {"shapes_ready": 0, "shapes": 6}
     service.stop()
 
 
@@ -226,14 +250,15 @@ def test_concurrent_api_requests_are_decoded_in_few_calls_and_few_shapes(
 ):
     assert translation_service.warm_up.finished.wait(300)
     stats = translation_service.batcher.stats
-    calls_before, shapes_warmed = stats.calls, set(translation_service.shapes_run)
+    calls_before, shapes_before = stats.calls, set(translation_service.shapes_run)
     texts = ["one", "twelve", "three hundred and forty-five", "nine", "sixty", "two"]
     answers = post_concurrently(client, "/api/translate", texts)
     expected = translation_service.translator.translate(texts)
     assert [answers[i]["translation"] for i in range(len(texts))] == expected
     assert stats.calls - calls_before < len(texts)  # some requests were decoded together
     # Every shape decoded was one warmed at start-up (greedy): nothing new was compiled.
-    assert translation_service.shapes_run == shapes_warmed
+    new_shapes = translation_service.shapes_run - shapes_before
+    assert new_shapes <= set(translation_service.warm_up.compiled())
 
 
 def test_service_decodes_directly(translation_service):

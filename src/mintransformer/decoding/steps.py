@@ -35,6 +35,7 @@ For a decoder-only `LanguageModel` (scores are float32 logits, which sampling ne
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
@@ -80,6 +81,9 @@ class _TensorSteps:
         )
         self._loops: dict[Hashable, Callable] = {}
         self._in_loop: dict[Callable, Callable] = {}
+        # A server compiles on one thread while it decodes on another: one compiled
+        # function per key, whichever thread asks first.
+        self._creating = threading.RLock()
 
     def start_tensors(self, *args):
         """The state before the first position."""
@@ -116,10 +120,11 @@ class _TensorSteps:
         PyTorch the loop runs in Python, so `fn` is traced, once per shape, into a graph
         (`compile_eager_step`): its Keras layer calls then cost no Python per token.
         """
-        if fn not in self._in_loop:
-            bound = functools.partial(fn, self)
-            self._in_loop[fn] = compile_eager_step(bound, self.model.variables)
-        return self._in_loop[fn]
+        with self._creating:
+            if fn not in self._in_loop:
+                bound = functools.partial(fn, self)
+                self._in_loop[fn] = compile_eager_step(bound, self.model.variables)
+            return self._in_loop[fn]
 
     def token_loop(
         self,
@@ -144,13 +149,14 @@ class _TensorSteps:
                 loop_vars,
             )
         key = (goes_on, decode_one)
-        if key not in self._in_loop:
+        with self._creating:
+            if key not in self._in_loop:
 
-            def decode_then_check(steps, loop_vars, goes_on_args, decode_args):
-                loop_vars = decode_one(steps, *loop_vars, *decode_args)
-                return loop_vars, goes_on(steps, *loop_vars, *goes_on_args)
+                def decode_then_check(steps, loop_vars, goes_on_args, decode_args):
+                    loop_vars = decode_one(steps, *loop_vars, *decode_args)
+                    return loop_vars, goes_on(steps, *loop_vars, *goes_on_args)
 
-            self._in_loop[key] = self.in_loop(decode_then_check)
+                self._in_loop[key] = self.in_loop(decode_then_check)
         going_on = self.in_loop(goes_on)(*loop_vars, *goes_on_args)
         while bool(going_on):
             loop_vars, going_on = self._in_loop[key](loop_vars, goes_on_args, decode_args)
@@ -164,9 +170,10 @@ class _TensorSteps:
         a function of a few ops is traced once for many shapes instead of compiled
         per shape.
         """
-        if key not in self._loops:
-            self._loops[key] = compile_inference(loop, self.model.variables, jit_compile)
-        return self._loops[key]
+        with self._creating:
+            if key not in self._loops:
+                self._loops[key] = compile_inference(loop, self.model.variables, jit_compile)
+            return self._loops[key]
 
 
 class CachedSteps(_TensorSteps):

@@ -5,8 +5,6 @@ takes the oldest one, waits up to `max_wait_ms` for others with the same decodin
 settings until `max_batch_size` items are waiting, and hands them all to `decode` in
 one call. Each request's future then gets its own items' results, in its order.
 With `max_wait_ms=0` and `max_batch_size=1` every request is decoded alone.
-While no request waits, the worker does background work in small pieces (`idle`: a
-server compiles one shape at a time), so a request waits at most for one piece.
 
 The wait is only paid where other requests are about: the oldest request waits for
 company if the previous call decoded several requests, or if requests arrived while it
@@ -72,18 +70,10 @@ class Batcher:
         self._stopping = False
         self._last_call_requests = 0
         self._thread: threading.Thread | None = None
-        self._idle: Callable[[], bool] | None = None
 
-    def start(self, idle: Callable[[], bool] | None = None) -> None:
-        """Starts the worker thread (again, after `stop`).
-
-        Args:
-            idle: called on the worker thread whenever no request waits, until it
-                returns False: each call does one short piece of background work and
-                says whether more remains. Not called once `stop` is.
-        """
+    def start(self) -> None:
+        """Starts the worker thread (again, after `stop`)."""
         self._stopping = False
-        self._idle = idle
         self._thread = threading.Thread(target=self._work, name="batcher", daemon=True)
         self._thread.start()
 
@@ -109,16 +99,13 @@ class Batcher:
         return sum(len(job.items) for job in self._queue if job.key == key)
 
     def _next_batch(self) -> list[_Job] | None:
-        """The jobs of the next decode call: [] when none waits and idle work remains;
-        None once stopped and drained."""
+        """The jobs of the next decode call; None once stopped and drained."""
         with self._changed:
             # Requests queued before the worker asks arrived while the last call ran.
             company_expected = self._last_call_requests > 1 or bool(self._queue)
             while not self._queue:
                 if self._stopping:
                     return None
-                if self._idle is not None:
-                    return []
                 self._changed.wait()
             key = self._queue[0].key
             deadline = self._queue[0].arrived + self.max_wait
@@ -140,9 +127,6 @@ class Batcher:
 
     def _work(self) -> None:
         while (jobs := self._next_batch()) is not None:
-            if not jobs:
-                self._run_idle()
-                continue
             items = [item for job in jobs for item in job.items]
             try:
                 results = self.decode(jobs[0].key, items)
@@ -158,12 +142,3 @@ class Batcher:
             for job in jobs:
                 job.future.set_result(results[start : start + len(job.items)])
                 start += len(job.items)
-
-    def _run_idle(self) -> None:
-        try:
-            more = self._idle()
-        except Exception:  # the background work stops; requests are still served
-            log.exception("background work failed")
-            more = False
-        if not more:
-            self._idle = None

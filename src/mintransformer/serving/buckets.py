@@ -62,8 +62,9 @@ class Buckets:
 
     def shapes(self) -> list[tuple[int, int]]:
         """Every `(rows, width)` a batch can have, in the order a warm-up compiles them:
-        the widest at each row count first, since a batch fits any wider bucket (its
-        padding is masked), then the rest from the narrowest, where most sentences are."""
+        the widest at each row count first, the fewest rows first (most requests are
+        one sentence), since a batch fits any larger bucket (its padding is masked, its
+        pad rows dropped), then the rest from the narrowest, where most sentences are."""
         widest = [(rows, self.widths[-1]) for rows in self.rows]
         narrower = [(rows, width) for width in self.widths[:-1] for rows in self.rows]
         return widest + narrower
@@ -73,12 +74,14 @@ class Buckets:
         return bucket(len(sources), self.rows), bucket(max(len(s) for s in sources), self.widths)
 
     def pad(
-        self, sources: Sequence[Sequence[int]], pad_id: int, width: int | None = None
+        self,
+        sources: Sequence[Sequence[int]],
+        pad_id: int,
+        shape: tuple[int, int] | None = None,
     ) -> np.ndarray:
-        """`sources` (at most the largest row count) as int32 `(rows, width)` buckets
-        (`width`: a wider bucket than theirs)."""
-        rows, tightest = self.shape(sources)
-        width = width or tightest
+        """`sources` (at most the largest row count) as an int32 `(rows, width)` bucket:
+        theirs, or `shape`, one that holds it."""
+        rows, width = shape or self.shape(sources)
         batch = np.full((rows, width), pad_id, "int32")
         for row in range(rows):
             source = sources[row] if row < len(sources) else sources[0]

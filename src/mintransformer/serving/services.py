@@ -83,24 +83,64 @@ class Service:
 
 
 class WarmUp:
-    """How far a server's warm-up is: the `(beam_size, rows, width)` shapes to compile,
-    in order, and those done; logs each beam size's completion and the end."""
+    """Compiles a server's `(beam_size, rows, width)` shapes, in order, on a thread of its
+    own, while requests are decoded on the batcher's: a request never waits for a compile
+    in progress. Logs each beam size's completion and the end.
 
-    def __init__(self, shapes: list[tuple[int, int, int]]):
+    Args:
+        shapes: the shapes to compile, in order.
+        compile_shape: compiles one shape (called on the warm-up thread).
+    """
+
+    def __init__(
+        self,
+        shapes: list[tuple[int, int, int]],
+        compile_shape: Callable[[tuple[int, int, int]], None] | None = None,
+    ):
         self.shapes = shapes
+        self.compile_shape = compile_shape
         self.done = 0
         self.began = time.perf_counter()
         self.finished = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    def next_shape(self) -> tuple[int, int, int]:
-        return self.shapes[self.done]
+    def start(self) -> None:
+        """Starts compiling on the warm-up thread (with no shapes, it has ended)."""
+        self.began = time.perf_counter()
+        if not self.shapes:
+            self.finish()
+            return
+        self._thread = threading.Thread(target=self._work, name="warm-up", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops after the shape being compiled (the compiler cannot be interrupted)."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _work(self) -> None:
+        for shape in self.shapes:
+            if self._stopping.is_set():
+                return
+            try:
+                self.compile_shape(shape)
+            except Exception:  # requests still compile their own shapes
+                log.exception("the warm-up failed at shape %s", shape)
+                return
+            self.shape_done()
 
     def pending(self, shape: tuple[int, int, int]) -> bool:
         """Whether `shape` is still to be compiled by this warm-up."""
         return shape in self.shapes[self.done :]
 
-    def shape_done(self) -> bool:
-        """Counts the shape `next_shape` gave as compiled; whether any remain."""
+    def compiled(self) -> list[tuple[int, int, int]]:
+        """The shapes compiled so far."""
+        return self.shapes[: self.done]
+
+    def shape_done(self) -> None:
+        """Counts the next shape as compiled; logs when a beam size or all are done."""
         beam_size = self.shapes[self.done][0]
         self.done += 1
         remaining = self.done < len(self.shapes)
@@ -113,7 +153,6 @@ class WarmUp:
             )  # fmt: skip
         if not remaining:
             self.finish()
-        return remaining
 
     def finish(self) -> None:
         log.info("warmed up in %.1f s (%d shapes)", self.seconds(), len(self.shapes))
@@ -137,7 +176,7 @@ class TranslationService(Service):
         self.max_batch_size = max_batch_size
         self.buckets = Buckets(translator.max_source_length + 1, max_batch_size)
         self.batcher = Batcher(self.decode, max_batch_size, max_wait_ms)
-        # (beam_size, rows, width) decoded or warmed, on the batcher's one worker thread.
+        # (beam_size, rows, width) decoded, on the batcher's one worker thread.
         self.shapes_run: set[tuple] = set()
         self.warm_up = WarmUp([])
 
@@ -166,27 +205,27 @@ class TranslationService(Service):
         return self.warm_up.status()
 
     def start(self, warm_beams: tuple[int, ...] = (1,)) -> None:
-        """Starts the batcher, which compiles every bucket shape for greedy decoding (and
-        each beam size of `warm_beams` above 1) one at a time while no request waits.
+        """Starts the batcher, and the warm-up, which compiles every bucket shape for
+        greedy decoding (and each beam size of `warm_beams` above 1) one at a time on its
+        own thread.
 
-        Requests are answered from the start: one whose shape is not compiled yet
-        compiles it (seconds), then runs. `warm_up` says how far the warm-up is."""
+        Requests are answered from the start: during the warm-up one runs at a wider
+        compiled shape of its row count where there is one, else it compiles its own
+        (seconds). `warm_up` says how far the warm-up is."""
         shapes = [(beam, *shape) for beam in warm_beams for shape in self.buckets.shapes()]
-        self.warm_up = WarmUp(shapes)
-        self.batcher.start(idle=self._warm_next if shapes else None)
-        if not shapes:
-            self.warm_up.finish()
+        self.warm_up = WarmUp(shapes, self._warm)
+        self.batcher.start()
+        self.warm_up.start()
 
-    def _warm_next(self) -> bool:
-        """Compiles the next shape of the warm-up (the batcher's idle work)."""
-        beam_size, rows, width = self.warm_up.next_shape()
+    def _warm(self, shape: tuple[int, int, int]) -> None:
+        """Compiles what decoding a batch of `shape` runs (on the warm-up thread)."""
+        beam_size, rows, width = shape
         ids = np.full((rows, width), self.translator.tokenizer.pad_id, "int32")
         ids[:, 0] = self.translator.tokenizer.end_id
-        self.shapes_run.add((beam_size, rows, width))
         self.translator.warm_up(ids, beam_size, self.buckets.rows)
-        return self.warm_up.shape_done()
 
     def stop(self) -> None:
+        self.warm_up.stop()
         self.batcher.stop()
 
     def _run(self, ids: np.ndarray, key: tuple) -> list:
@@ -194,13 +233,15 @@ class TranslationService(Service):
         self.shapes_run.add((beam_size, *ids.shape))
         return self.translator.translate_ids(ids, beam_size, alpha, n_best, self.buckets.rows)
 
-    def _width(self, beam_size: int, rows: int, width: int) -> int:
-        """`width`, or while the warm-up has yet to compile its shape, the narrowest
-        wider bucket of this row count compiled: padding costs less than a compile."""
+    def _shape(self, beam_size: int, rows: int, width: int) -> tuple[int, int]:
+        """`(rows, width)`, or while the warm-up has yet to compile that shape, the
+        smallest compiled one that holds it, the fewest rows first, then the narrowest:
+        padding costs less than a compile."""
         if not self.warm_up.pending((beam_size, rows, width)):
-            return width
-        run = [w for b, r, w in self.shapes_run if (b, r) == (beam_size, rows) and w > width]
-        return min(run, default=width)
+            return rows, width
+        ready = self.shapes_run.union(self.warm_up.compiled())
+        holding = [(r, w) for b, r, w in ready if b == beam_size and r >= rows and w >= width]
+        return min(holding, default=(rows, width))
 
     def decode(self, key: tuple, sources: list[list[int]]) -> list:
         """The batcher's call: `encode_sources` ids, decoded with settings `key`
@@ -210,8 +251,8 @@ class TranslationService(Service):
         pad_id = self.translator.tokenizer.pad_id
         for batch in self.buckets.batches([len(s) for s in sources], self.max_batch_size):
             batch_sources = [sources[i] for i in batch]
-            width = self._width(key[0], *self.buckets.shape(batch_sources))
-            outputs = self._run(self.buckets.pad(batch_sources, pad_id, width), key)
+            shape = self._shape(key[0], *self.buckets.shape(batch_sources))
+            outputs = self._run(self.buckets.pad(batch_sources, pad_id, shape), key)
             for index, output in zip(batch, outputs, strict=False):
                 results[index] = output
         return results
