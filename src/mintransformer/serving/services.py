@@ -129,7 +129,7 @@ class WarmUp:
             except Exception:  # requests still compile their own shapes
                 log.exception("the warm-up failed at shape %s", shape)
                 return
-            self.shape_done()
+            self._shape_done()
 
     def pending(self, shape: tuple[int, int, int]) -> bool:
         """Whether `shape` is still to be compiled by this warm-up."""
@@ -139,7 +139,7 @@ class WarmUp:
         """The shapes compiled so far."""
         return self.shapes[: self.done]
 
-    def shape_done(self) -> None:
+    def _shape_done(self) -> None:
         """Counts the next shape as compiled; logs when a beam size or all are done."""
         beam_size = self.shapes[self.done][0]
         self.done += 1
@@ -209,9 +209,9 @@ class TranslationService(Service):
         greedy decoding (and each beam size of `warm_beams` above 1) one at a time on its
         own thread.
 
-        Requests are answered from the start: during the warm-up one runs at a wider
-        compiled shape of its row count where there is one, else it compiles its own
-        (seconds). `warm_up` says how far the warm-up is."""
+        Requests are answered from the start: during the warm-up one runs at the
+        smallest compiled shape that holds it (`_shape`), or where none does yet, compiles
+        its own (seconds). `warm_up` says how far the warm-up is."""
         shapes = [(beam, *shape) for beam in warm_beams for shape in self.buckets.shapes()]
         self.warm_up = WarmUp(shapes, self._warm)
         self.batcher.start()
